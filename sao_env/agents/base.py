@@ -1,0 +1,175 @@
+"""What every agent shares: the config base, episode collation, a guarded optimizer step.
+
+An agent is ``update(list[Episode]) -> metrics`` plus its sampling need (``group_size``,
+``groups_per_update``); its algorithm lives in one file that reads like the paper's algorithm box
+and calls the pure functions of ``sao_env.algos``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from sao_env.policy.generate import sequence_logprobs
+from sao_env.types import Episode
+
+
+class AgentConfig(BaseModel):
+    """Hyper-parameters common to every agent (each algorithm adds its own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-4, gt=0)
+    """Actor learning rate (Adam)."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam's betas for every optimizer of the agent."""
+    grad_clip: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this (None: no clipping); the unclipped norm is logged."""
+    agg: str = "token_mean"
+    """Loss aggregation, see ``sao_env.algos.agg_loss``."""
+    reward_norm: bool = False
+    """Normalise rewards by a running mean/std before computing advantages (long, noisy episodes)."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Episodes right-padded into tensors; token-aligned as in ``sao_env.algos``."""
+
+    tokens_BT: torch.Tensor
+    attention_BT: torch.Tensor
+    mask_BT: torch.Tensor  # action tokens
+    rollout_logp_BT: torch.Tensor
+    rewards_BT: torch.Tensor  # outcome reward on the last action token
+    rewards_B: torch.Tensor
+    group_ids_B: torch.Tensor
+    num_actions_B: torch.Tensor
+
+
+def collate(episodes: list[Episode], pad_token_id: int, rewards: list[float] | None = None) -> Batch:
+    width = max(len(e.tokens_T) for e in episodes)
+    B = len(episodes)
+    tokens = torch.full((B, width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((B, width), dtype=torch.long)
+    mask = torch.zeros((B, width), dtype=torch.bool)
+    rollout_logp = torch.zeros((B, width))
+    rewards_BT = torch.zeros((B, width))
+    rewards_B = torch.tensor(rewards if rewards is not None else [e.reward for e in episodes], dtype=torch.float32)
+    for i, e in enumerate(episodes):
+        n = len(e.tokens_T)
+        tokens[i, :n] = torch.tensor(e.tokens_T)
+        attention[i, :n] = 1
+        mask[i, :n] = torch.tensor(e.action_mask_T)
+        rollout_logp[i, :n] = torch.tensor(e.rollout_logp_T)
+        actions = mask[i].nonzero()
+        if len(actions):
+            rewards_BT[i, actions[-1, 0]] = rewards_B[i]
+    return Batch(tokens, attention, mask, rollout_logp, rewards_BT, rewards_B,
+                 torch.tensor([e.group_id for e in episodes]), mask.sum(-1))
+
+
+class RunningMeanStd:
+    """Running reward statistics (Welford) for the ``reward_norm`` option."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def update(self, values: list[float]) -> None:
+        for x in values:
+            self.count += 1
+            delta = x - self.mean
+            self.mean += delta / self.count
+            self.m2 += delta * (x - self.mean)
+
+    def normalize(self, values: list[float]) -> list[float]:
+        std = math.sqrt(self.m2 / self.count) if self.count > 1 else 1.0
+        return [(x - self.mean) / (std + 1e-6) for x in values]
+
+
+def guarded_step(
+    loss: torch.Tensor, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float | None
+) -> tuple[float, bool]:
+    """Backward and step, unless the loss or the gradient is non-finite: then skip, weights untouched.
+
+    Returns (gradient norm before clipping, whether the step was skipped).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss):
+        return float("nan"), True
+    loss.backward()
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) if grads else torch.tensor(0.0)
+    if not torch.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        return float("nan"), True
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+    return norm.item(), False
+
+
+class Agent:
+    """Base of every agent: holds the policy, its optimizer and the actor version counter."""
+
+    name: ClassVar[str]
+    config_cls: ClassVar[type[AgentConfig]] = AgentConfig
+
+    def __init__(
+        self,
+        policy: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: AgentConfig,
+        *,
+        dis_band: tuple[float, float] = (0.3, 5.0),
+    ):
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.config = config
+        self.dis_band = dis_band
+        self.version = 0
+        self.updates = 0
+        self.skipped = 0
+        self.reward_stats = RunningMeanStd()
+        self.actor_params = [p for p in policy.parameters() if p.requires_grad]
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.lr, betas=config.adam_betas)
+
+    group_size: int = 1
+    """Rollouts per prompt the runtime must sample (G); 1 for single-rollout algorithms."""
+    groups_per_update: int = 1
+    """Groups (of ``group_size`` episodes) the learner consumes per update."""
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def batch(self, episodes: list[Episode]) -> Batch:
+        rewards = [e.reward for e in episodes]
+        if self.config.reward_norm:
+            self.reward_stats.update(rewards)
+            rewards = self.reward_stats.normalize(rewards)
+        return collate(episodes, self.tokenizer.pad_token_id, rewards)
+
+    def actor_step(self, batch: Batch, loss_fn) -> dict[str, float]:
+        """One actor gradient step: ``loss_fn(logp_BT) -> (loss, metrics)``; bumps the version if applied."""
+        self.policy.train()
+        logp, entropy = sequence_logprobs(self.policy, batch.tokens_BT, batch.attention_BT)
+        loss, metrics = loss_fn(logp)
+        grad_norm, skipped = guarded_step(loss, self.actor_params, self.actor_optimizer, self.config.grad_clip)
+        self.policy.eval()
+        self.skipped += skipped
+        if not skipped:
+            self.version += 1
+        with torch.no_grad():
+            m = batch.mask_BT
+            entropy_mean = (entropy * m).sum() / m.sum().clamp(min=1)
+        out = {f"actor/{k}": v for k, v in metrics.items()}
+        out.update({"actor/loss": loss.item(), "actor/entropy": entropy_mean.item(),
+                    "actor/grad_norm": grad_norm, "actor/skipped_nonfinite": float(self.skipped)})
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "updates": self.updates, "skipped": self.skipped,
+                "actor_optimizer": self.actor_optimizer.state_dict()}

@@ -1,0 +1,74 @@
+"""The value model of SAO (arXiv 2607.07508): the policy's backbone with a scalar head, attention frozen.
+
+Initialised from the policy (a deep copy of its backbone), the head zero-initialised so that the
+first values are 0; every attention module is frozen (matched by module name), so the critic
+adapts only its MLPs, norms, embeddings and head. Its update is a separate step with its own
+optimizer and metrics, so that at scale it can run in its own worker.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from sao_env.agents.base import Batch, guarded_step
+from sao_env.algos import value_loss
+
+
+class ValueModel(nn.Module):
+    """``values[b, t]`` = V(state just before token t), read from the hidden state at t-1; 0 at t=0."""
+
+    def __init__(self, policy: PreTrainedModel, *, frozen_pattern: str = r"(^|\.)(self_attn|attn|attention)$"):
+        super().__init__()
+        self.backbone = copy.deepcopy(getattr(policy, policy.base_model_prefix))
+        hidden = policy.config.hidden_size
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        pattern = re.compile(frozen_pattern)
+        frozen = [name for name, _ in self.backbone.named_modules() if pattern.search(name)]
+        if not frozen:
+            raise ValueError(f"no attention module of the critic's backbone matches {frozen_pattern!r}; "
+                             f"set critic_frozen_pattern for this architecture")
+        for name in frozen:
+            for p in self.backbone.get_submodule(name).parameters():
+                p.requires_grad_(False)
+        self.frozen_modules = frozen
+
+    def forward(self, tokens_BT: torch.Tensor, attention_BT: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(input_ids=tokens_BT, attention_mask=attention_BT).last_hidden_state  # (B, T, H)
+        v = self.head(hidden[:, :-1].float()).squeeze(-1)  # (B, T-1)
+        return torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)  # (B, T)
+
+
+class Critic:
+    """A ValueModel with its own Adam optimizer; ``step`` is one regression step on fixed returns."""
+
+    def __init__(self, policy: PreTrainedModel, *, lr: float, grad_clip: float | None, agg: str,
+                 betas: tuple[float, float] = (0.9, 0.999), frozen_pattern: str | None = None):
+        kwargs = {"frozen_pattern": frozen_pattern} if frozen_pattern else {}
+        self.model = ValueModel(policy, **kwargs)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas)
+        self.grad_clip, self.agg = grad_clip, agg
+        self.skipped = 0
+
+    @torch.no_grad()
+    def values(self, batch: Batch) -> torch.Tensor:
+        self.model.eval()
+        return self.model(batch.tokens_BT, batch.attention_BT)
+
+    def step(self, batch: Batch, returns_BT: torch.Tensor) -> dict[str, float]:
+        self.model.train()
+        values = self.model(batch.tokens_BT, batch.attention_BT)
+        loss, metrics = value_loss(values, returns_BT, batch.mask_BT, agg=self.agg)
+        grad_norm, skipped = guarded_step(loss, self.params, self.optimizer, self.grad_clip)
+        self.skipped += skipped
+        self.model.eval()
+        out = {f"critic/{k}": v for k, v in metrics.items()}
+        out.update({"critic/grad_norm": grad_norm, "critic/skipped_nonfinite": float(self.skipped)})
+        return out

@@ -1,0 +1,83 @@
+"""SAO: Single-rollout Asynchronous Optimization (arXiv 2607.07508).
+
+Per update (by default, per episode as it completes):
+  1. V_old  <- critic(episodes)                                  values before the update
+  2. R      <- GAE(r, V_old; gamma=1, lambda=1) + V_old          critic targets (= reward-to-go)
+  3. repeat K=2 times: critic step on 0.5*(V - R)^2              attention of the critic frozen
+  4. if still in the critic warm-up: stop here (actor untouched, version unchanged)
+  5. V      <- critic(episodes)                                  values after the update
+  6. A      <- GAE(r, V; gamma=1, lambda = 1 - 1/(alpha*l))      skip-observation, adaptive lambda
+  7. actor step on the DIS loss -w*A*logp, w = r_t in the strict band (1-eps_low, 1+eps_high) else 0,
+     r_t = pi_theta / pi_rollout against the log-probs recorded at rollout time. No KL, no entropy.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from sao_env.agents.base import Agent, AgentConfig
+from sao_env.agents.critic import Critic
+from sao_env.algos import adaptive_lambda, dis_policy_loss, gae, masked_whiten
+from sao_env.types import Episode
+
+
+class SAOConfig(AgentConfig):
+    critic_lr: float = Field(1e-4, gt=0)
+    """Critic learning rate (Adam)."""
+    critic_updates: int = Field(2, ge=1)
+    """K: critic steps per policy update."""
+    critic_warmup_updates: int = Field(8, ge=0)
+    """Learner updates during which only the critic trains (its cold start)."""
+    critic_frozen_pattern: str | None = None
+    """Regex over module names of attention blocks to freeze in the critic (None: the default)."""
+    alpha: float = Field(1.5, gt=0)
+    """Length-adaptive GAE lambda = 1 - 1/(alpha * l)."""
+    episodes_per_update: int = Field(1, ge=1)
+    """Episodes consumed per update (1: update per episode as it completes)."""
+    dis_eps_low: float | None = Field(None, gt=0, le=1)
+    """DIS band below 1 (None: the scenario's, 0.3 reasoning / 0.8 coding)."""
+    dis_eps_high: float | None = Field(None, gt=0)
+    """DIS band above 1 (None: the scenario's, 5.0 reasoning / 3.0 coding)."""
+    whiten_advantages: bool = False
+    """Whiten advantages over the batch's action tokens (off in the paper)."""
+
+
+class SAOAgent(Agent):
+    name = "sao"
+    config_cls = SAOConfig
+    config: SAOConfig
+
+    def __init__(self, policy, tokenizer, config: SAOConfig, *, dis_band=(0.3, 5.0)):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+        self.critic = Critic(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
+                             betas=config.adam_betas, frozen_pattern=config.critic_frozen_pattern)
+        self.groups_per_update = config.episodes_per_update
+        self.eps_low = config.dis_eps_low if config.dis_eps_low is not None else dis_band[0]
+        self.eps_high = config.dis_eps_high if config.dis_eps_high is not None else dis_band[1]
+
+    def update(self, episodes: list[Episode]) -> dict[str, float]:
+        batch = self.batch(episodes)
+        mask = batch.mask_BT
+
+        _, returns = gae(batch.rewards_BT, self.critic.values(batch), mask, gamma=1.0, lam=1.0)
+        for _ in range(self.config.critic_updates):
+            metrics = self.critic.step(batch, returns)
+        self.updates += 1
+        if self.updates <= self.config.critic_warmup_updates:
+            return metrics | {"actor/warmup": 1.0}
+
+        lam = adaptive_lambda(batch.num_actions_B, self.config.alpha)
+        advantages, _ = gae(batch.rewards_BT, self.critic.values(batch), mask, gamma=1.0, lam=lam)
+        if self.config.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+
+        def loss_fn(logp):
+            return dis_policy_loss(logp, batch.rollout_logp_BT, advantages, mask,
+                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg)
+
+        metrics |= self.actor_step(batch, loss_fn)
+        return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": _mean_on(advantages, mask)}
+
+
+def _mean_on(x, mask) -> float:
+    return ((x * mask).sum() / mask.sum().clamp(min=1)).item()

@@ -1,0 +1,47 @@
+"""Algorithm building blocks: advantage estimators and losses as pure tensor functions.
+
+See ``advantages.py`` and ``losses.py`` for the shared shape contract, and docs/metrics.md for
+the metrics they emit. Registries map a name to functions of one signature each.
+"""
+
+from sao_env.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    adaptive_lambda,
+    broadcast_sequence_advantages,
+    dr_grpo_advantages,
+    gae,
+    group_advantages,
+    grpo_advantages,
+    masked_mean,
+    masked_whiten,
+    running_mean_advantages,
+)
+from sao_env.algos.losses import (
+    AGG_MODES,
+    POLICY_LOSSES,
+    agg_loss,
+    dis_policy_loss,
+    policy_gradient_loss,
+    ppo_clip_loss,
+    value_loss,
+)
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGG_MODES",
+    "POLICY_LOSSES",
+    "adaptive_lambda",
+    "agg_loss",
+    "broadcast_sequence_advantages",
+    "dis_policy_loss",
+    "dr_grpo_advantages",
+    "gae",
+    "group_advantages",
+    "grpo_advantages",
+    "masked_mean",
+    "masked_whiten",
+    "policy_gradient_loss",
+    "ppo_clip_loss",
+    "running_mean_advantages",
+    "value_loss",
+]

@@ -1,0 +1,323 @@
+"""Policy and value losses: pure tensor functions returning (loss, metrics).
+
+Shape contract (shared with ``advantages.py``): tensors are ``[B, T]``; ``mask`` is a bool or
+0/1 ``[B, T]`` tensor marking action tokens; ``logp[b, t]`` is the log-prob of token t given the
+tokens before it. Only action tokens enter a loss or a metric; whatever the other positions
+hold (even NaN) never reaches the loss or its gradient. Metrics are python floats computed
+without gradient, with unprefixed names (agents add ``actor/`` or ``critic/``; see
+docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from sao_env.algos.advantages import _check_shapes, masked_mean
+
+Tensor = torch.Tensor
+
+AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
+def agg_loss(per_token: Tensor, mask: Tensor, mode: str, *, horizon: int | None = None) -> Tensor:
+    """Reduce a per-token loss to a scalar over action tokens.
+
+    Modes:
+        token_mean: sum over all action tokens of the batch / their count. Tokens whose loss is
+            zero (e.g. masked by DIS) still count in the denominator.
+        seq_mean_token_mean: mean over rows of each row's token mean.
+        seq_mean_token_sum: mean over rows of each row's token sum.
+        seq_mean_token_sum_norm: total sum / (B * horizon), a constant normaliser, as
+            Dr. GRPO (Liu et al. 2025); ``horizon`` defaults to T (ignored by the other modes).
+    Rows without an action token are left out of both ``seq_mean_*`` means. With no action
+    token at all the loss is 0, still attached to the graph (zero gradient, no NaN).
+
+    Args:
+        per_token: [B, T] loss per token.
+        mask: [B, T] bool or 0/1, action tokens.
+        mode: one of ``AGG_MODES``.
+        horizon: positive int, only for ``seq_mean_token_sum_norm``.
+    Returns:
+        A scalar tensor.
+    """
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid modes: {', '.join(AGG_MODES)}")
+    _check_shapes(mask, per_token=per_token)
+    m = mask.bool()
+    x = torch.where(m, per_token, 0)  # (B, T)
+    if mode == "token_mean":
+        return x.sum() / m.sum().clamp(min=1)
+    if mode == "seq_mean_token_sum_norm":
+        horizon = m.shape[-1] if horizon is None else horizon
+        if horizon <= 0:
+            raise ValueError(f"horizon must be a positive number of tokens, got {horizon}")
+        return x.sum() / max(m.shape[0] * horizon, 1)
+    n_B = m.sum(-1)  # (B,)
+    row_B = x.sum(-1)  # (B,)
+    if mode == "seq_mean_token_mean":
+        row_B = row_B / n_B.clamp(min=1)
+    return row_B.sum() / (n_B > 0).sum().clamp(min=1)
+
+
+def _floats(**metrics: Tensor) -> dict[str, float]:
+    """0-dim tensors -> python floats with a single device sync."""
+    values = [v.detach() for v in metrics.values()]
+    dtype = functools.reduce(torch.promote_types, (v.dtype for v in values))
+    return dict(zip(metrics, torch.stack([v.to(dtype) for v in values]).tolist()))
+
+
+def _on_actions(m: Tensor, *xs: Tensor) -> list[Tensor]:
+    """Zero the non-action positions first, so nothing there (not even NaN) reaches a value or a gradient."""
+    return [torch.where(m, x, 0) for x in xs]
+
+
+def _check_band(eps_low: float, eps_high: float) -> None:
+    if not 0.0 < eps_low <= 1.0 or not eps_high > 0.0:
+        raise ValueError(f"need 0 < eps_low <= 1 and eps_high > 0, got {eps_low=}, {eps_high=}")
+
+
+def _log_ratio(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """log(pi_theta / pi_ref), detached, in float32 or wider so the band test is exact enough."""
+    dtype = torch.promote_types(torch.promote_types(logp.dtype, ref_logp.dtype), torch.float32)
+    return logp.detach().to(dtype) - ref_logp.to(dtype)
+
+
+def dis_policy_loss(
+    logp: Tensor,
+    rollout_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """DIS loss, SAO's strict double-sided token-level clipping (SAO, arXiv 2607.07508).
+
+    r_t = exp(logp_t - rollout_logp_t) against the log-probs recorded at rollout time (no
+    separate old policy); w_t = r_t if 1-eps_low < r_t < 1+eps_high (strict) else 0, detached;
+    per-token loss = -w_t * A_t * logp_t, so the gradient is -w_t * A_t * grad(logp_t) for kept
+    tokens and exactly 0 for out-of-band tokens, whatever the sign of A_t.
+
+    Args:
+        logp: [B, T] log-probs under the current policy (with gradient).
+        rollout_logp: [B, T] log-probs recorded by the rollout engine.
+        advantages: [B, T].
+        mask: [B, T] bool or 0/1, action tokens.
+        eps_low: lower band, 0 < eps_low <= 1 (paper: 0.3 reasoning, 0.8 coding).
+        eps_high: upper band, > 0 (paper: 5.0 reasoning, 3.0 coding).
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics). Metrics over action tokens: ``dis_masked_low`` (fraction with
+        r <= 1-eps_low), ``dis_masked_high`` (r >= 1+eps_high), ``dis_masked`` (their sum),
+        ``ratio_mean``, ``ratio_max``, ``ess`` ((sum w)^2 / (N sum w^2), 0 if all w are 0) and
+        ``approx_kl``, the k2 estimator mean(0.5 * (logp - rollout_logp)^2) of
+        KL(pi_rollout || pi_theta) (Schulman, "Approximating KL divergence", 2020).
+    """
+    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    m = mask.bool()
+    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
+    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    keep = m & (ratio > 1 - eps_low) & (ratio < 1 + eps_high)
+    w = torch.where(keep, ratio, 0)  # (B, T) detached importance weight
+    loss = agg_loss(-w * advantages * logp, m, agg)
+    with torch.no_grad():
+        low = masked_mean((ratio <= 1 - eps_low).to(ratio.dtype), m)
+        high = masked_mean((ratio >= 1 + eps_high).to(ratio.dtype), m)
+        sum_w, sum_w2 = w.sum(), (w**2).sum()
+        ess = torch.where(sum_w2 > 0, sum_w**2 / (m.sum() * sum_w2), 0)
+        metrics = _floats(
+            dis_masked_low=low,
+            dis_masked_high=high,
+            dis_masked=low + high,
+            ratio_mean=masked_mean(ratio, m),
+            ratio_max=torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
+            ess=ess,
+            approx_kl=masked_mean(0.5 * log_ratio**2, m),
+        )
+    return loss, metrics
+
+
+def ppo_clip_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None = None,
+    agg: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO clipped surrogate with asymmetric bands and optional dual clip.
+
+    PPO (Schulman et al. 2017, eq. 7): loss_t = max(-A_t r_t, -A_t clip(r_t, 1-eps_low, 1+eps_high)),
+    r_t = exp(logp_t - old_logp_t). eps_high > eps_low is DAPO clip-higher (Yu et al. 2025).
+    With ``dual_clip=c`` (c > 1), Dual-clip PPO (Ye et al. 2020): for A_t < 0 the loss is
+    further capped at -A_t * c, so a huge ratio on a bad token cannot blow up the update.
+
+    Args:
+        logp: [B, T] log-probs under the current policy (with gradient).
+        old_logp: [B, T] log-probs of the behaviour (old or rollout) policy.
+        advantages: [B, T].
+        mask: [B, T] bool or 0/1, action tokens.
+        eps_low, eps_high: clip range, 0 < eps_low <= 1, eps_high > 0.
+        dual_clip: None, or c > 1.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics). Metrics over action tokens: ``pg_clipfrac`` (fraction where the clipped
+        term is the active one, i.e. larger than the unclipped one), ``pg_clipfrac_lower``
+        (fraction where the dual clip is active; 0 without it), ``ratio_mean``, ``approx_kl``
+        (k2 estimator, as in ``dis_policy_loss``).
+    """
+    _check_shapes(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    m = mask.bool()
+    logp, old_logp, advantages = _on_actions(m, logp, old_logp, advantages)
+    ratio = torch.exp(logp - old_logp)  # (B, T)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - eps_low, 1 + eps_high)
+    is_clipped = clipped > unclipped
+    per_token = torch.where(is_clipped, clipped, unclipped)
+    is_capped = torch.zeros_like(m)
+    if dual_clip is not None:
+        cap = -advantages * dual_clip
+        is_capped = (advantages < 0) & (per_token > cap)
+        per_token = torch.where(is_capped, cap, per_token)
+    loss = agg_loss(per_token, m, agg)
+    with torch.no_grad():
+        metrics = _floats(
+            pg_clipfrac=masked_mean(is_clipped.to(ratio.dtype), m),
+            pg_clipfrac_lower=masked_mean(is_capped.to(ratio.dtype), m),
+            ratio_mean=masked_mean(ratio, m),
+            approx_kl=masked_mean(0.5 * _log_ratio(logp, old_logp) ** 2, m),
+        )
+    return loss, metrics
+
+
+def policy_gradient_loss(
+    logp: Tensor, advantages: Tensor, mask: Tensor, *, agg: str = "token_mean"
+) -> tuple[Tensor, dict[str, float]]:
+    """Plain REINFORCE / policy-gradient loss, per token -A_t * logp_t (Williams 1992).
+
+    Args:
+        logp: [B, T] log-probs under the current policy (with gradient).
+        advantages: [B, T].
+        mask: [B, T] bool or 0/1, action tokens.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, {}): the loss has no diagnostics of its own.
+    """
+    _check_shapes(mask, logp=logp, advantages=advantages)
+    m = mask.bool()
+    logp, advantages = _on_actions(m, logp, advantages)
+    return agg_loss(-advantages * logp, m, agg), {}
+
+
+def value_loss(
+    values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    old_values: Tensor | None = None,
+    clip: float | None = None,
+    agg: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """Critic regression loss, per token 0.5 * (V_t - R_t)^2, with optional PPO value clipping.
+
+    With ``clip`` set (needs ``old_values``), as in PPO2 / CleanRL ``clip_vloss``: per token
+    max(0.5 (V - R)^2, 0.5 (V_old + clamp(V - V_old, -clip, clip) - R)^2).
+
+    Args:
+        values: [B, T] current value predictions (with gradient).
+        returns: [B, T] targets (e.g. ``gae(...)[1]``).
+        mask: [B, T] bool or 0/1, action tokens.
+        old_values: [B, T] predictions at rollout time; needed when ``clip`` is set.
+        clip: None or > 0.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics). Metrics over action tokens: ``value_loss``, ``explained_variance``
+        (1 - Var[R - V] / Var[R], population variances; 0.0 when the returns are constant,
+        Var[R] = 0, or there is no action token), ``value_mean``, ``return_mean``, and
+        ``vf_clipfrac`` (fraction where the clipped term is active) when clipping.
+    """
+    _check_shapes(mask, values=values, returns=returns)
+    m = mask.bool()
+    values, returns = _on_actions(m, values, returns)
+    per_token = 0.5 * (values - returns) ** 2  # (B, T)
+    extra = {}
+    if clip is not None:
+        if old_values is None:
+            raise ValueError("value clipping needs old_values")
+        _check_shapes(mask, old_values=old_values)
+        if not clip > 0:
+            raise ValueError(f"clip must be > 0, got {clip}")
+        (old_values,) = _on_actions(m, old_values)
+        v_clipped = old_values + (values - old_values).clamp(-clip, clip)
+        per_clipped = 0.5 * (v_clipped - returns) ** 2
+        is_clipped = per_clipped > per_token
+        per_token = torch.where(is_clipped, per_clipped, per_token)
+        extra["vf_clipfrac"] = masked_mean(is_clipped.to(per_token.dtype), m)
+    loss = agg_loss(per_token, m, agg)
+    with torch.no_grad():
+        v, r = values.detach(), returns.detach()
+        var_r = masked_mean((r - masked_mean(r, m)) ** 2, m)
+        err = r - v
+        var_err = masked_mean((err - masked_mean(err, m)) ** 2, m)
+        r_act = r[m]
+        constant = r_act.numel() == 0 or bool(r_act.max() == r_act.min())
+        metrics = _floats(
+            value_loss=loss,
+            explained_variance=torch.zeros_like(var_r) if constant else 1 - var_err / var_r,
+            value_mean=masked_mean(v, m),
+            return_mean=masked_mean(r, m),
+            **extra,
+        )
+    return loss, metrics
+
+
+# Registry: every member has the signature
+#   (logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean")
+# where ref_logp is the rollout (behaviour) log-prob, so an agent picks its loss by name from its
+# recipe and calls it one way. Members that do not use an argument say so.
+
+
+def _dis(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+    """"dis": ``dis_policy_loss``. DIS already masks out-of-band tokens, so ``dual_clip`` must be None."""
+    if dual_clip is not None:
+        raise ValueError("dual_clip applies to ppo_clip only; DIS masks out-of-band tokens already")
+    return dis_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg)
+
+
+def _ppo_clip(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+    """"ppo_clip": ``ppo_clip_loss`` with ref_logp as the old policy."""
+    return ppo_clip_loss(
+        logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, agg=agg
+    )
+
+
+def _pg(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+    """"pg": ``policy_gradient_loss``; the band is not used, ref_logp only feeds the
+    ``ratio_mean`` and ``approx_kl`` diagnostics; ``dual_clip`` must be None."""
+    if dual_clip is not None:
+        raise ValueError("dual_clip applies to ppo_clip only")
+    loss, metrics = policy_gradient_loss(logp, advantages, mask, agg=agg)
+    with torch.no_grad():
+        m = mask.bool()
+        log_ratio = _log_ratio(*_on_actions(m, logp, ref_logp))
+        ratio_mean = masked_mean(torch.exp(log_ratio), m)
+        metrics |= _floats(ratio_mean=ratio_mean, approx_kl=masked_mean(0.5 * log_ratio**2, m))
+    return loss, metrics
+
+
+POLICY_LOSSES = {
+    "dis": _dis,
+    "ppo_clip": _ppo_clip,
+    "pg": _pg,
+}

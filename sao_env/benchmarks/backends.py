@@ -1,0 +1,265 @@
+"""Generation backends behind one interface.
+
+``backend.generate(prompts, n, *, temperature, top_p, max_new_tokens, seed) -> Generations`` with
+``Generations.texts[i][j]`` the j-th of n samples for prompt i, plus token counts and whether each
+sample ended by itself (end-of-sequence / stop) rather than at ``max_new_tokens``.
+
+- ``transformers``: batched sampling with ``sao_env.policy.generate.sample`` (KV cache, left
+  padding), on CUDA when available, else CPU; the prompt goes through the tokenizer's chat
+  template when it has one.
+- ``vllm``: offline ``vllm.LLM`` (imported only when selected; a UserError if not installed).
+- ``openai``: any OpenAI-compatible server (``vllm serve``, ...) through ``/v1/chat/completions``
+  or ``/v1/completions``, standard library only; one request per sample (seed + sample index),
+  several in flight at once.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Protocol
+
+from sao_env.errors import UserError
+
+Progress = Callable[[int], None]
+"""Called with the number of samples just finished."""
+
+
+@dataclass
+class Generations:
+    """``texts[i][j]``: sample j of prompt i; ``tokens`` and ``finished`` have the same shape."""
+
+    texts: list[list[str]]
+    tokens: list[list[int | None]] = field(default_factory=list)
+    finished: list[list[bool | None]] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    name: str
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
+        progress: Progress | None = None,
+    ) -> Generations: ...
+
+
+# ----------------------------------------------------------------------------- transformers
+
+
+class TransformersBackend:
+    """Hugging Face model folder or hub id, sampled in batches of ``batch_size`` sequences."""
+
+    name = "transformers"
+
+    def __init__(self, model: str | Path, *, batch_size: int = 16, device: str | None = None, dtype: str = "auto"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model))
+            torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
+            self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch_dtype).to(self.device)
+        except (OSError, ValueError) as err:
+            reason = (str(err).strip().splitlines() or [""])[0][:200]
+            raise UserError(f"cannot load model {model} ({type(err).__name__}: {reason})") from err
+        self.model.eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.batch_size = max(1, batch_size)
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        eos_ids = [e for e in eos_ids if e is not None] or [self.tokenizer.eos_token_id]
+        self.eos_ids = [e for e in eos_ids if e is not None]
+        self.use_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode(self, prompt: str) -> list[int]:
+        if self.use_chat_template:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(prompt)["input_ids"]
+
+    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None) -> Generations:
+        import torch
+
+        from sao_env.policy.generate import sample
+
+        encoded = [self.encode(p) for p in prompts]
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        longest = max((len(e) for e in encoded), default=0)
+        if context is not None and longest + max_new_tokens > context:
+            raise UserError(
+                f"a prompt of {longest} tokens plus max_new_tokens {max_new_tokens} exceeds the model's "
+                f"context of {context} tokens; lower --max-new-tokens"
+            )
+        jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        jobs.sort(key=lambda job: len(encoded[job[0]]))  # similar lengths batch together
+        generator = torch.Generator().manual_seed(seed)
+        out = Generations(
+            texts=[[""] * n for _ in prompts],
+            tokens=[[None] * n for _ in prompts],
+            finished=[[None] * n for _ in prompts],
+        )
+        for start in range(0, len(jobs), self.batch_size):
+            batch = jobs[start : start + self.batch_size]
+            samples = sample(
+                self.model,
+                [encoded[i] for i, _ in batch],
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.eos_ids[0],
+                pad_token_id=self.tokenizer.pad_token_id,
+                generator=generator,
+                temperature=temperature,
+                top_p=top_p,
+            )
+            for (i, j), s in zip(batch, samples):
+                ids = list(s.token_ids)
+                stop = next((t for t, tok in enumerate(ids) if tok in self.eos_ids), None)
+                finished = stop is not None
+                if stop is not None:
+                    ids = ids[: stop + 1]
+                out.texts[i][j] = self.tokenizer.decode(ids, skip_special_tokens=True)
+                out.tokens[i][j] = len(ids)
+                out.finished[i][j] = finished
+            if progress:
+                progress(len(batch))
+        return out
+
+
+# ----------------------------------------------------------------------------- vLLM
+
+
+class VLLMBackend:
+    """Offline vLLM engine; ``n`` samples per prompt in one request (vLLM seeds each request)."""
+
+    name = "vllm"
+
+    def __init__(self, model: str | Path, *, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                 max_model_len: int | None = None, seed: int = 0):
+        try:
+            import vllm
+        except ImportError as err:
+            raise UserError("the vllm backend needs vLLM installed (pip install vllm); or use --backend transformers") from err
+        self._vllm = vllm
+        kwargs = {"model": str(model), "tensor_parallel_size": tensor_parallel_size,
+                  "gpu_memory_utilization": gpu_memory_utilization, "seed": seed}
+        if max_model_len:
+            kwargs["max_model_len"] = max_model_len
+        self.llm = vllm.LLM(**kwargs)
+        tokenizer = self.llm.get_tokenizer()
+        self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None) -> Generations:
+        params = self._vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
+        if self.use_chat_template:
+            outputs = self.llm.chat([[{"role": "user", "content": p}] for p in prompts], params)
+        else:
+            outputs = self.llm.generate(prompts, params)
+        result = Generations(texts=[], tokens=[], finished=[])
+        for output in outputs:
+            result.texts.append([o.text for o in output.outputs])
+            result.tokens.append([len(o.token_ids) for o in output.outputs])
+            result.finished.append([o.finish_reason == "stop" for o in output.outputs])
+        if progress:
+            progress(len(prompts) * n)
+        return result
+
+
+# ----------------------------------------------------------------------------- OpenAI-compatible
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible HTTP server; ``model`` is the name the server knows the model by."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api: Literal["chat", "completions"] = "chat",
+        concurrency: int = 8,
+        timeout_s: float = 3600.0,
+        retries: int = 3,
+    ):
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1").rstrip("/")
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        if api not in ("chat", "completions"):
+            raise UserError(f"--api must be chat or completions, not {api!r}")
+        self.api = api
+        self.concurrency = max(1, concurrency)
+        self.timeout_s = timeout_s
+        self.retries = retries
+
+    def _one(self, prompt: str, *, temperature, top_p, max_new_tokens, seed) -> tuple[str, int | None, bool | None]:
+        from sao_env.benchmarks._http import post_json
+
+        payload = {"model": self.model, "temperature": temperature, "top_p": top_p,
+                   "max_tokens": max_new_tokens, "seed": seed, "n": 1}
+        if self.api == "chat":
+            payload["messages"] = [{"role": "user", "content": prompt}]
+            reply = post_json(f"{self.base_url}/chat/completions", payload, api_key=self.api_key,
+                              timeout_s=self.timeout_s, retries=self.retries)
+        else:
+            payload["prompt"] = prompt
+            reply = post_json(f"{self.base_url}/completions", payload, api_key=self.api_key,
+                              timeout_s=self.timeout_s, retries=self.retries)
+        try:
+            choice = reply["choices"][0]
+            text = choice["message"]["content"] if self.api == "chat" else choice["text"]
+        except (KeyError, IndexError, TypeError) as err:
+            raise UserError(f"unexpected reply from {self.base_url}: {str(reply)[:200]}") from err
+        usage = reply.get("usage") or {}
+        finish = choice.get("finish_reason")
+        return text or "", usage.get("completion_tokens"), (finish == "stop") if finish else None
+
+    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None) -> Generations:
+        out = Generations(
+            texts=[[""] * n for _ in prompts],
+            tokens=[[None] * n for _ in prompts],
+            finished=[[None] * n for _ in prompts],
+        )
+
+        def run(job: tuple[int, int]) -> None:
+            i, j = job
+            text, tokens, finished = self._one(prompts[i], temperature=temperature, top_p=top_p,
+                                               max_new_tokens=max_new_tokens, seed=seed + j)
+            out.texts[i][j], out.tokens[i][j], out.finished[i][j] = text, tokens, finished
+            if progress:
+                progress(1)
+
+        jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for future in [pool.submit(run, job) for job in jobs]:
+                future.result()
+        return out
+
+
+BACKENDS = ("transformers", "vllm", "openai")
+
+
+def make_backend(name: str, model: str | Path, **options) -> Backend:
+    """Build the backend ``name`` for ``model``; options not meant for it are ignored."""
+    if name == "transformers":
+        return TransformersBackend(model, **{k: v for k, v in options.items() if k in ("batch_size", "device", "dtype")})
+    if name == "vllm":
+        return VLLMBackend(model, **{k: v for k, v in options.items()
+                                     if k in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "seed")})
+    if name == "openai":
+        return OpenAIBackend(str(model), **{k: v for k, v in options.items()
+                                            if k in ("base_url", "api_key", "api", "concurrency", "timeout_s", "retries")})
+    raise UserError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

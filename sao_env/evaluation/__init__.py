@@ -1,0 +1,1 @@
+"""Evaluators: held-out adaptation curves, continual-learning metrics, statistics."""

@@ -1,0 +1,1 @@
+"""Leaderboards: tables (Markdown, CSV) and plots built from run directories."""

@@ -1,0 +1,1 @@
+"""Policies: model factory, character tokenizer, sampling with log-probabilities, warm start."""

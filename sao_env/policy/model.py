@@ -1,0 +1,96 @@
+"""Policy and tokenizer factory: a tiny model of a real Hugging Face architecture, or any causal LM.
+
+``model.name: tiny-qwen2`` (or ``tiny-llama``) builds a small randomly initialised model from a
+config, paired with the character tokenizer; any other name is a Hugging Face hub id or a local
+path, loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (the one-GPU rung of the ladder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+)
+
+from sao_env.policy.tokenizer import build_char_tokenizer
+
+TINY_ARCHITECTURES = {"tiny-qwen2": Qwen2Config, "tiny-llama": LlamaConfig}
+
+
+class ModelSpec(BaseModel):
+    """Which policy to train: a tiny model built from config, or a Hugging Face id/path."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    name: str = "tiny-qwen2"
+    """`tiny-qwen2`, `tiny-llama`, or a Hugging Face model id / local path."""
+    hidden_size: int = Field(96, gt=0)
+    """Width of the tiny model (ignored for hub models)."""
+    num_layers: int = Field(3, gt=0)
+    """Transformer blocks of the tiny model."""
+    num_heads: int = Field(4, gt=0)
+    """Attention heads of the tiny model."""
+    num_kv_heads: int = Field(2, gt=0)
+    """Key/value heads (grouped-query attention) of the tiny model."""
+    intermediate_size: int = Field(256, gt=0)
+    """MLP width of the tiny model."""
+    max_position_embeddings: int = Field(256, gt=0)
+    """Longest sequence the tiny model handles (prompt + response)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype."""
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.name in TINY_ARCHITECTURES
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
+    if spec.is_tiny:
+        return build_char_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(spec.name)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_policy(spec: ModelSpec, tokenizer: PreTrainedTokenizerBase, *, seed: int = 0) -> PreTrainedModel:
+    """Instantiate the policy; the tiny one is seeded so that the same spec gives the same weights."""
+    dtype = getattr(torch, spec.dtype)
+    if not spec.is_tiny:
+        return AutoModelForCausalLM.from_pretrained(spec.name, dtype=dtype)
+    config_cls = TINY_ARCHITECTURES[spec.name]
+    config = config_cls(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,106 @@
+"""Supervised warm start on a scenario's own generators, cached on disk by config hash.
+
+The starting policy of the CPU ladder: it learns the task format and solves many problems, and,
+because demonstrations pick a listed style uniformly, it starts with no preference among the
+candidate styles, so what RL later learns about the hidden rewarded style is visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.progress import Progress
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
+from sao_env.scenario import Scenario, WarmStartSpec
+
+
+def cache_root() -> Path:
+    """``$SAO_ENV_CACHE``, else ``$XDG_CACHE_HOME/sao-env``, else ``~/.cache/sao-env``."""
+    if os.environ.get("SAO_ENV_CACHE"):
+        return Path(os.environ["SAO_ENV_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sao-env"
+
+
+def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) -> str:
+    payload = {
+        "model": model.model_dump(),
+        "phases": [[s.model_dump() for s in p.sources] for p in scenario.spec.phases],
+        "warm_start": spec.model_dump(),
+        "format": 1,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_warm_started(
+    model_spec: ModelSpec, scenario: Scenario, *, show_progress: bool = True
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path | None]:
+    """The warm-started tiny policy (trained once, then read from the cache), or a hub model as is."""
+    spec = scenario.spec.warm_start
+    if not model_spec.is_tiny or spec.steps == 0:
+        tokenizer = build_tokenizer(model_spec)
+        return build_policy(model_spec, tokenizer, seed=spec.seed), tokenizer, None
+    path = cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
+    if (path / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+    tokenizer = build_tokenizer(model_spec)
+    model = build_policy(model_spec, tokenizer, seed=spec.seed)
+    supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(path) if not path.exists() else None
+    return model, tokenizer, path
+
+
+def supervised_warm_start(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    scenario: Scenario,
+    spec: WarmStartSpec,
+    *,
+    show_progress: bool = True,
+) -> list[float]:
+    """Train on (prompt, demonstration) pairs, loss on the response and EOS only; returns the loss curve."""
+    rng = np.random.default_rng(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
+    losses = []
+    model.train()
+    with Progress(disable=not show_progress, transient=True) as progress:
+        bar = progress.add_task("warm start (supervised)", total=spec.steps)
+        for step in range(spec.steps):
+            tokens, labels = _demonstration_batch(tokenizer, scenario, rng, spec.batch_size, step)
+            loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(), labels=labels).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            progress.update(bar, advance=1, description=f"warm start (supervised) loss {loss.item():.3f}")
+    model.eval()
+    return losses
+
+
+def _demonstration_batch(tokenizer, scenario: Scenario, rng: np.random.Generator, batch_size: int, step: int):
+    rows, prompt_lens = [], []
+    for i in range(batch_size):
+        task, response = scenario.demonstration(rng, index=step * batch_size + i)
+        prompt_ids = tokenizer(task.prompt, add_special_tokens=False)["input_ids"]
+        response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(prompt_ids + response_ids)
+        prompt_lens.append(len(prompt_ids))
+    width = max(len(r) for r in rows)
+    tokens = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((batch_size, width), -100, dtype=torch.long)
+    for i, (row, n_prompt) in enumerate(zip(rows, prompt_lens)):
+        tokens[i, : len(row)] = torch.tensor(row)
+        labels[i, n_prompt : len(row)] = torch.tensor(row[n_prompt:])
+    return tokens, labels

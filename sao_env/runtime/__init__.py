@@ -1,0 +1,1 @@
+"""Runtimes that schedule rollouts and the learner (``sim`` backend in sim.py)."""

@@ -1,0 +1,268 @@
+"""The ``sim`` backend: a discrete-event engine in simulated time, deterministic for a seed.
+
+N rollout slots and one learner share a simulated clock. A free slot takes the scenario's next
+task at the current time, generates with the weights deployed at that time (recording each
+token's log-probability and version), is graded by the environment, and completes after the
+latency model's duration. Completed groups enter a bounded buffer in completion order; the
+learner consumes ``groups_per_update`` of them per update, and an update costs simulated time
+before its weights are deployed to the rollout slots (version + 1).
+
+Admission control (as in AReaL): a request may start only while
+``started_requests < (learner_updates + max_staleness + 1) * groups_per_update``, so
+``max_staleness=0`` is synchronous on-policy and no episode is ever older than ``max_staleness``
+learner updates. The buffer never drops silently: when full, the producer blocks (default) or, if
+asked, the oldest group is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from sao_env.agents.base import Agent
+from sao_env.envs.text_env import ScenarioTextEnv
+from sao_env.policy.generate import sample
+from sao_env.scenario import Scenario
+from sao_env.types import Episode
+
+
+class RuntimeSpec(BaseModel):
+    """How rollouts and the learner are scheduled (agents/*.yaml ``runtime:``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["sim"] = "sim"
+    """Engine: ``sim`` (discrete-event, simulated clock). ``threads`` and ``ray`` are planned."""
+    max_staleness: int = Field(4, ge=0)
+    """Learner updates an episode may lag behind; 0 = synchronous on-policy."""
+    buffer_capacity: int = Field(64, ge=1)
+    """Completed episodes the buffer holds before producers block."""
+    on_full: Literal["block", "drop_oldest"] = "block"
+    """Full buffer: block the producer (default) or drop the oldest group (counted and logged)."""
+    temperature: float = Field(1.0, gt=0)
+    """Rollout sampling temperature."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Rollout nucleus sampling."""
+
+
+@dataclass
+class _Request:
+    id: int
+    task: object
+    group: list[Episode | None]
+    pending: int
+    blocked_since: float | None = None
+
+
+@dataclass
+class RunState:
+    """Counters the engine reports; ``episodes`` are those consumed by the learner."""
+
+    now: float = 0.0
+    started: int = 0
+    completed: int = 0
+    consumed: int = 0
+    dropped: int = 0
+    updates: int = 0
+    blocked_s: float = 0.0
+    staleness: list[int] = field(default_factory=list)
+
+
+class SimRuntime:
+    """Runs one agent on one scenario until the scenario's simulated duration has passed."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        agent: Agent,
+        spec: RuntimeSpec,
+        *,
+        seed: int,
+        on_update: Callable[[dict], None],
+        on_episode: Callable[[Episode, int], None],
+        on_eval: Callable[[float, "SimRuntime"], None],
+        eval_times: list[float],
+    ):
+        self.scenario, self.agent, self.spec, self.seed = scenario, agent, spec, seed
+        self.tokenizer = agent.tokenizer
+        self.deployed = copy.deepcopy(agent.policy).eval()
+        self.deployed_version = agent.version
+        for p in self.deployed.parameters():
+            p.requires_grad_(False)
+        self.on_update, self.on_episode, self.on_eval = on_update, on_episode, on_eval
+        self.task_rng = np.random.default_rng([seed, 1])
+        self.sampler = torch.Generator().manual_seed(seed * 1_000_003 + 7)
+        self.env = ScenarioTextEnv(scenario)
+        self.env.reset(seed=seed)
+        self.state = RunState()
+        self.free_slots = scenario.spec.rollout_slots
+        if agent.group_size > self.free_slots:
+            raise ValueError(f"group size {agent.group_size} exceeds the scenario's {self.free_slots} rollout slots")
+        self.buffer: list[_Request] = []
+        self.blocked: list[_Request] = []
+        self.learner_busy = False
+        self._events: list = []
+        self._seq = itertools.count()
+        self._ids = itertools.count()
+        for t in eval_times:
+            self._push(t, "eval", None)
+        self.wall = {"generate_s": 0.0, "update_s": 0.0, "eval_s": 0.0}
+
+    # -- event plumbing ---------------------------------------------------------------------
+    def _push(self, t: float, kind: str, payload) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), kind, payload))
+
+    def run(self, progress: Callable[[RunState], None] | None = None) -> RunState:
+        end = self.scenario.duration_s
+        self._dispatch()
+        while self._events:
+            t, _, kind, payload = heapq.heappop(self._events)
+            if t > end:
+                break
+            self.state.now = t
+            if kind == "episode_done":
+                self._episode_done(*payload)
+            elif kind == "update_done":
+                self._update_done(payload)
+            elif kind == "eval":
+                start = time.perf_counter()
+                self.on_eval(t, self)
+                self.wall["eval_s"] += time.perf_counter() - start
+            self._dispatch()
+            self._learn()
+            if progress is not None:
+                progress(self.state)
+        self.state.now = end
+        return self.state
+
+    @property
+    def in_flight(self) -> int:
+        return self.state.started * self.agent.group_size - self.state.completed
+
+    # -- rollouts ---------------------------------------------------------------------------
+    def _admitted(self) -> bool:
+        limit = (self.state.updates + self.spec.max_staleness + 1) * self.agent.groups_per_update
+        return self.state.started < limit
+
+    def _dispatch(self) -> None:
+        G = self.agent.group_size
+        while self.free_slots >= G and self.state.now < self.scenario.duration_s and self._admitted():
+            self.free_slots -= G
+            self._start_request()
+
+    def _start_request(self) -> None:
+        now, G = self.state.now, self.agent.group_size
+        task = self.scenario.next_task(now, self.task_rng, index=self.state.started)
+        self.state.started += 1
+        request = _Request(id=next(self._ids), task=task, group=[None] * G, pending=G)
+        prompt_ids = self.tokenizer(task.prompt, add_special_tokens=False)["input_ids"]
+        start = time.perf_counter()
+        samples = sample(self.deployed, [prompt_ids] * G, max_new_tokens=self.scenario.spec.max_new_tokens,
+                         eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
+                         generator=self.sampler, temperature=self.spec.temperature, top_p=self.spec.top_p)
+        self.wall["generate_s"] += time.perf_counter() - start
+        latency = self.scenario.spec.latency
+        version = self.deployed_version
+        for i, s in enumerate(samples):
+            response = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
+            self.env.reset(options={"task": task})
+            _, reward, _, _, info = self.env.step(response)
+            prefill_s = latency.prefill_s_per_token * len(prompt_ids)
+            decode_s = latency.decode_s_per_token * len(s.token_ids)
+            duration = prefill_s + decode_s + info["latency"]["env_s"]
+            n_prompt, n_act = len(prompt_ids), len(s.token_ids)
+            episode = Episode(
+                task=task,
+                tokens_T=tuple(prompt_ids) + s.token_ids,
+                action_mask_T=(False,) * n_prompt + (True,) * n_act,
+                rollout_logp_T=(0.0,) * n_prompt + s.logps,
+                version_T=(-1,) * n_prompt + (version,) * n_act,
+                reward=reward,
+                response=response,
+                group_id=request.id,
+                phase=str(task.metadata.get("phase")),
+                sim_start=now,
+                sim_end=now + duration,
+                latency={"prefill_s": prefill_s, "decode_s": decode_s, **info["latency"]},
+                grade_details=info["grade"],
+            )
+            self._push(episode.sim_end, "episode_done", (request, i, episode))
+
+    def _episode_done(self, request: _Request, i: int, episode: Episode) -> None:
+        request.group[i] = episode
+        request.pending -= 1
+        self.state.completed += 1
+        self.on_episode(episode, self.agent.version)
+        if request.pending:
+            self.free_slots += 1
+            return
+        if self._buffered_episodes() + len(request.group) > self.spec.buffer_capacity:
+            if self.spec.on_full == "block" and self.buffer:
+                request.blocked_since = self.state.now
+                self.blocked.append(request)
+                return
+            while self.buffer and self._buffered_episodes() + len(request.group) > self.spec.buffer_capacity:
+                dropped = self.buffer.pop(0)
+                self.state.dropped += len(dropped.group)
+        self.free_slots += 1
+        self.buffer.append(request)
+
+    def _buffered_episodes(self) -> int:
+        return sum(len(r.group) for r in self.buffer)
+
+    def _unblock(self) -> None:
+        while self.blocked and self._buffered_episodes() + len(self.blocked[0].group) <= self.spec.buffer_capacity:
+            request = self.blocked.pop(0)
+            self.state.blocked_s += self.state.now - request.blocked_since
+            self.buffer.append(request)
+            self.free_slots += 1
+
+    # -- learner ----------------------------------------------------------------------------
+    def _learn(self) -> None:
+        need = self.agent.groups_per_update
+        if self.learner_busy or len(self.buffer) < need or self.state.now >= self.scenario.duration_s:
+            return
+        requests, self.buffer = self.buffer[:need], self.buffer[need:]
+        self._unblock()
+        episodes = [e for r in requests for e in r.group]
+        staleness = [self.agent.version - e.version for e in episodes]
+        start = time.perf_counter()
+        metrics = self.agent.update(episodes)
+        self.wall["update_s"] += time.perf_counter() - start
+        self.learner_busy = True
+        self.state.consumed += len(episodes)
+        self.state.staleness.extend(staleness)
+        latency = self.scenario.spec.latency
+        tokens = sum(len(e.tokens_T) for e in episodes) * getattr(self.agent, "train_passes", 1)
+        cost = latency.update_base_s + latency.update_s_per_token * tokens
+        record = {
+            **metrics,
+            "async/staleness_mean": float(np.mean(staleness)),
+            "async/staleness_max": float(max(staleness)),
+            "async/buffer_size": float(self._buffered_episodes()),
+            "async/buffer_blocked_s": self.state.blocked_s,
+            "async/dropped": float(self.state.dropped),
+            "async/in_flight": float(self.in_flight),
+            "train/reward_mean": float(np.mean([e.reward for e in episodes])),
+            "train/response_tokens": float(np.mean([e.num_action_tokens for e in episodes])),
+            "perf/update_sim_s": cost,
+        }
+        self._push(self.state.now + cost, "update_done", record)
+
+    def _update_done(self, record: dict) -> None:
+        self.learner_busy = False
+        self.state.updates += 1
+        if self.agent.version != self.deployed_version:
+            self.deployed.load_state_dict(self.agent.policy.state_dict())
+            self.deployed_version = self.agent.version
+        self.on_update({"sim_time_s": self.state.now, "update": self.state.updates, "version": self.agent.version,
+                        "episodes": self.state.consumed, **record})
+        self._unblock()

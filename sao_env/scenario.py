@@ -1,0 +1,195 @@
+"""Scenarios: drifting task streams over simulated time (envs/*.yaml).
+
+A scenario is a sequence of phases, each a weighted mixture of task sources. A phase may begin
+abruptly or blend in from the previous phase over ``transition_h`` hours (gradual drift); listing
+a phase twice makes the drift cyclic. Each phase has a held-out evaluation set drawn from its own
+seed stream, identical for every agent and seed, so that adaptation curves are comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sao_env.tasks import TaskSource, build_source
+from sao_env.types import Task
+
+HOUR = 3600.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceSpec(_Strict):
+    name: str
+    """Task source, see ``sao_env.tasks.TASK_SOURCES``."""
+    weight: float = Field(1.0, gt=0)
+    """Relative weight in the phase's mixture."""
+    params: dict[str, Any] = {}
+    """Parameters of the source (validated by the source's own model)."""
+
+
+class PhaseSpec(_Strict):
+    name: str
+    """Label used in metrics (``eval/<name>/accuracy``) and in task ids."""
+    duration_h: float = Field(gt=0)
+    """Length of the phase in simulated hours."""
+    transition_h: float = Field(0.0, ge=0)
+    """Gradual drift: the previous phase's mixture fades out linearly over this many hours (0 = abrupt)."""
+    sources: list[SourceSpec] = Field(min_length=1)
+    """The phase's task mixture."""
+
+
+class LatencySpec(_Strict):
+    """Simulated costs. Episode time = prefill + decode + environment; an update costs base + per token."""
+
+    prefill_s_per_token: float = Field(0.0005, ge=0)
+    """Simulated seconds per prompt token."""
+    decode_s_per_token: float = Field(0.05, ge=0)
+    """Simulated seconds per generated token."""
+    env_median_s: float = Field(10.0, ge=0)
+    """Median of the log-normal environment latency per turn (tool calls, sandboxes, graders)."""
+    env_sigma: float = Field(1.0, ge=0)
+    """Log-normal shape of the environment latency; 1.0 puts the p99 at about 10x the median."""
+    update_base_s: float = Field(1.0, ge=0)
+    """Simulated seconds of fixed cost per learner update (weight sync included)."""
+    update_s_per_token: float = Field(0.002, ge=0)
+    """Simulated seconds per trained token (forward + backward, each model trained)."""
+
+
+class EvalSpec(_Strict):
+    interval_h: float = Field(0.05, gt=0)
+    """Held-out evaluation every this many simulated hours (and at the end)."""
+    prompts_per_phase: int = Field(64, gt=0)
+    """Size of each phase's held-out set."""
+    seed: int = 12345
+    """Seed of the held-out sets and of evaluation sampling; shared by every agent and seed."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature at evaluation (1.0 measures the policy's actual style shares)."""
+    recovery_threshold: float = Field(0.8, gt=0, le=1)
+    """Recovery after a drift = first evaluation where the new phase's accuracy reaches this."""
+
+
+class WarmStartSpec(_Strict):
+    """Supervised warm start on the scenario's own generators (uniform over listed styles)."""
+
+    steps: int = Field(600, ge=0)
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    seed: int = 0
+
+
+class ScenarioSpec(_Strict):
+    name: str
+    description: str = ""
+    phases: list[PhaseSpec] = Field(min_length=1)
+    latency: LatencySpec = LatencySpec()
+    eval: EvalSpec = EvalSpec()
+    warm_start: WarmStartSpec = WarmStartSpec()
+    rollout_slots: int = Field(8, gt=0)
+    """Concurrent rollouts (the inference hardware); the same for every agent on the scenario."""
+    max_new_tokens: int = Field(24, gt=0)
+    """Generation limit per turn."""
+    domain: Literal["reasoning", "coding"] = "reasoning"
+    """Selects the default DIS band: 0.3/5.0 for reasoning, 0.8/3.0 for coding (SAO paper)."""
+    dis_eps_low: float | None = None
+    """Override of the DIS band's lower width for this scenario (r must exceed 1 - eps_low)."""
+    dis_eps_high: float | None = None
+    """Override of the DIS band's upper width for this scenario (r must stay below 1 + eps_high)."""
+
+    @model_validator(mode="after")
+    def _sources_exist(self) -> "ScenarioSpec":
+        for phase in self.phases:
+            for source in phase.sources:
+                build_source(source.name, source.params)
+        return self
+
+    @property
+    def duration_s(self) -> float:
+        return sum(p.duration_h for p in self.phases) * HOUR
+
+    @property
+    def dis_band(self) -> tuple[float, float]:
+        low, high = (0.3, 5.0) if self.domain == "reasoning" else (0.8, 3.0)
+        return (self.dis_eps_low if self.dis_eps_low is not None else low,
+                self.dis_eps_high if self.dis_eps_high is not None else high)
+
+
+@dataclass(frozen=True)
+class PhaseWindow:
+    index: int
+    name: str
+    start_s: float
+    end_s: float
+
+
+class Scenario:
+    """A scenario ready to serve tasks: ``next_task(t, rng)`` and per-phase held-out sets."""
+
+    def __init__(self, spec: ScenarioSpec):
+        self.spec = spec
+        self.sources: list[list[TaskSource]] = [
+            [build_source(s.name, s.params) for s in phase.sources] for phase in spec.phases
+        ]
+        windows, start = [], 0.0
+        for i, phase in enumerate(spec.phases):
+            windows.append(PhaseWindow(i, phase.name, start, start + phase.duration_h * HOUR))
+            start += phase.duration_h * HOUR
+        self.windows: list[PhaseWindow] = windows
+
+    @property
+    def duration_s(self) -> float:
+        return self.windows[-1].end_s
+
+    @property
+    def drift_times_s(self) -> list[float]:
+        return [w.start_s for w in self.windows[1:]]
+
+    def phase_at(self, t: float) -> PhaseWindow:
+        for w in self.windows:
+            if t < w.end_s:
+                return w
+        return self.windows[-1]
+
+    def next_task(self, t: float, rng: np.random.Generator, index: int) -> Task:
+        """Draw the task served at simulated time ``t`` (gradual transitions mix in the previous phase)."""
+        window = self.phase_at(t)
+        phase_idx = window.index
+        transition_s = self.spec.phases[phase_idx].transition_h * HOUR
+        if phase_idx > 0 and transition_s > 0 and t - window.start_s < transition_s:
+            if rng.random() >= (t - window.start_s) / transition_s:
+                phase_idx -= 1
+        return self._sample_from(phase_idx, rng, created_at=t, index=index)
+
+    def _sample_from(self, phase_idx: int, rng: np.random.Generator, *, created_at: float, index: int) -> Task:
+        phase = self.spec.phases[phase_idx]
+        weights = np.array([s.weight for s in phase.sources], dtype=float)
+        k = int(rng.choice(len(weights), p=weights / weights.sum())) if len(weights) > 1 else 0
+        return self.sources[phase_idx][k].sample(rng, phase=phase.name, created_at=created_at, index=index)
+
+    def demonstration(self, rng: np.random.Generator, index: int) -> tuple[Task, str]:
+        """A (task, correct response) pair from a phase chosen uniformly: warm-start data."""
+        phase_idx = int(rng.integers(len(self.spec.phases)))
+        task = self._sample_from(phase_idx, rng, created_at=0.0, index=index)
+        source = self.sources[phase_idx][0] if len(self.sources[phase_idx]) == 1 else next(
+            s for s in self.sources[phase_idx] if s.name == task.metadata["source"])
+        return task, source.demonstrate(task, rng)
+
+    @cached_property
+    def eval_sets(self) -> dict[str, list[Task]]:
+        """Held-out tasks per distinct phase name, from ``eval.seed`` (never from the run's seed)."""
+        sets: dict[str, list[Task]] = {}
+        for i, phase in enumerate(self.spec.phases):
+            if phase.name in sets:
+                continue
+            rng = np.random.default_rng([self.spec.eval.seed, i])
+            sets[phase.name] = [
+                self._sample_from(i, rng, created_at=0.0, index=900_000 + j)
+                for j in range(self.spec.eval.prompts_per_phase)
+            ]
+        return sets
