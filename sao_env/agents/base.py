@@ -142,6 +142,11 @@ class Agent:
     groups_per_update: int = 1
     """Groups (of ``group_size`` episodes) the learner consumes per update."""
 
+    @property
+    def train_passes(self) -> int:
+        """Forward+backward passes over each consumed token per update (sets the simulated update cost)."""
+        return 1
+
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         raise NotImplementedError
 

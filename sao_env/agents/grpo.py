@@ -55,6 +55,10 @@ class GRPOAgent(Agent):
         self.eps_high = config.eps_high if config.eps_high is not None else dis_band[1]
         self.loss = POLICY_LOSSES[config.loss]
 
+    @property
+    def train_passes(self) -> int:
+        return self.config.epochs
+
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         batch = self.batch(episodes)
         adv_B = group_advantages(batch.rewards_B, batch.group_ids_B, normalize_std=self.config.normalize_std)

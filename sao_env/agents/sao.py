@@ -55,6 +55,10 @@ class SAOAgent(Agent):
         self.eps_low = config.dis_eps_low if config.dis_eps_low is not None else dis_band[0]
         self.eps_high = config.dis_eps_high if config.dis_eps_high is not None else dis_band[1]
 
+    @property
+    def train_passes(self) -> int:
+        return 1 + self.config.critic_updates
+
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         batch = self.batch(episodes)
         mask = batch.mask_BT

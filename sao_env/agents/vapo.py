@@ -56,6 +56,10 @@ class VAPOAgent(Agent):
                              betas=config.adam_betas, frozen_pattern=config.critic_frozen_pattern)
         self.groups_per_update = config.episodes_per_update
 
+    @property
+    def train_passes(self) -> int:
+        return 1 + self.config.critic_updates
+
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config
         batch = self.batch(episodes)

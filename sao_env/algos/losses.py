@@ -243,7 +243,8 @@ def value_loss(
         agg: an ``agg_loss`` mode.
     Returns:
         (loss, metrics). Metrics over action tokens: ``value_loss``, ``explained_variance``
-        (1 - Var[R - V] / Var[R], population variances; 0.0 when the returns are constant,
+        (1 - Var[R - V] / Var[R], population variances; 0.0 when the returns are constant up to
+        a relative 1e-6 (float noise of a GAE with lambda=1 must not blow it up),
         Var[R] = 0, or there is no action token), ``value_mean``, ``return_mean``, and
         ``vf_clipfrac`` (fraction where the clipped term is active) when clipping.
     """
@@ -271,7 +272,7 @@ def value_loss(
         err = r - v
         var_err = masked_mean((err - masked_mean(err, m)) ** 2, m)
         r_act = r[m]
-        constant = r_act.numel() == 0 or bool(r_act.max() == r_act.min())
+        constant = r_act.numel() == 0 or bool(r_act.max() - r_act.min() <= 1e-6 * r_act.abs().max().clamp(min=1))
         metrics = _floats(
             value_loss=loss,
             explained_variance=torch.zeros_like(var_r) if constant else 1 - var_err / var_r,

@@ -62,11 +62,13 @@ class TransformersBackend:
 
     def __init__(self, model: str | Path, *, batch_size: int = 16, device: str | None = None, dtype: str = "auto"):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from sao_env.policy.model import load_tokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(model))
+            self.tokenizer = load_tokenizer(str(model))
             torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
             self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch_dtype).to(self.device)
         except (OSError, ValueError) as err:

@@ -2,13 +2,14 @@
 
 ``model.name: tiny-qwen2`` (or ``tiny-llama``) builds a small randomly initialised model from a
 config, paired with the character tokenizer; any other name is a Hugging Face hub id or a local
-path, loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (the one-GPU rung of the ladder).
+path, loaded with ``AutoModelForCausalLM`` / ``load_tokenizer`` (the one-GPU rung of the ladder).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -19,11 +20,13 @@ from transformers import (
     LlamaConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
     Qwen2Config,
 )
 
 from sao_env.policy.tokenizer import build_char_tokenizer
 
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 TINY_ARCHITECTURES = {"tiny-qwen2": Qwen2Config, "tiny-llama": LlamaConfig}
 
 
@@ -57,10 +60,23 @@ class ModelSpec(BaseModel):
         return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained``, except for a folder holding a plain ``tokenizers`` tokenizer.
+
+    transformers 5 picks the tokenizer class from the model's config when one lies beside it
+    (Qwen2Tokenizer for a Qwen2 checkpoint), which would rewrite the character tokenizer's
+    pre-tokenizer; a folder whose tokenizer_config.json declares the generic backend is loaded as such.
+    """
+    config = Path(name_or_path) / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(name_or_path)
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
 def build_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     if spec.is_tiny:
         return build_char_tokenizer()
-    tokenizer = AutoTokenizer.from_pretrained(spec.name)
+    tokenizer = load_tokenizer(spec.name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

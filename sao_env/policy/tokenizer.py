@@ -2,7 +2,8 @@
 
 Every printable ASCII character and the newline is one token, so a tiny model sees digits one by
 one (which is what makes arithmetic learnable at CPU scale). The object round-trips through
-``save_pretrained`` / ``AutoTokenizer.from_pretrained`` like any Hugging Face tokenizer.
+``save_pretrained`` / ``from_pretrained`` like any Hugging Face tokenizer (load a checkpoint's copy
+with ``sao_env.policy.model.load_tokenizer``: see there why plain AutoTokenizer is not enough).
 """
 
 from __future__ import annotations

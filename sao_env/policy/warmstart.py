@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from rich.progress import Progress
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
+from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.scenario import Scenario, WarmStartSpec
 
 
@@ -48,7 +48,7 @@ def load_warm_started(
         return build_policy(model_spec, tokenizer, seed=spec.seed), tokenizer, None
     path = cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
     if (path / "config.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+        return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path), path
     tokenizer = build_tokenizer(model_spec)
     model = build_policy(model_spec, tokenizer, seed=spec.seed)
     supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress)

@@ -241,7 +241,7 @@ class SimRuntime:
         self.state.consumed += len(episodes)
         self.state.staleness.extend(staleness)
         latency = self.scenario.spec.latency
-        tokens = sum(len(e.tokens_T) for e in episodes) * getattr(self.agent, "train_passes", 1)
+        tokens = sum(len(e.tokens_T) for e in episodes) * self.agent.train_passes
         cost = latency.update_base_s + latency.update_s_per_token * tokens
         record = {
             **metrics,

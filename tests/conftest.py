@@ -1,0 +1,110 @@
+"""Shared fixtures: an isolated warm-start cache and a shrunken style-drift scenario.
+
+Every test that trains or runs the runtime uses ``SHRINK`` so that all of them share one warm
+start (its cache key is the model spec + the warm-start settings + the phases' sources) and one
+run of each configuration costs seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHRINK: tuple[str, ...] = (
+    "env.warm_start.steps=300",
+    "env.warm_start.batch_size=16",
+    "env.phases.0.sources.0.params.operators=[+]",
+    "env.phases.1.sources.0.params.operators=[+]",
+    "env.phases.2.sources.0.params.operators=[+]",
+    "env.phases.0.duration_h=0.01",
+    "env.phases.1.duration_h=0.01",
+    "env.phases.2.duration_h=0.01",
+    "env.eval.interval_h=0.005",
+    "env.eval.prompts_per_phase=8",
+    "env.max_new_tokens=20",
+)
+"""Overrides that shrink the style-drift scenario to ~2 simulated minutes (3 phases of 36 s).
+
+Why not fewer: with 60 warm-start steps the policy earns no reward at all (then no agent ever
+moves and the runtime's on-policy checks are vacuous), and 12 new tokens truncate the
+``sentence`` and ``tag`` forms (``<answer>12</answer>`` is 19 characters). Additions only
+(``+``) with 300 small warm-start batches give a few percent of rewarded episodes in ~15 s.
+"""
+
+
+def shrink_overrides(agent: str, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """``SHRINK`` plus a short critic warm-up where the recipe's algorithm has one, plus ``extra``."""
+    from sao_env.agents import ALGORITHMS
+    from sao_env.specs import find_spec, load_yaml
+
+    algorithm = ALGORITHMS.get(load_yaml(find_spec("agents", agent)).get("algorithm"))
+    out = list(SHRINK)
+    if algorithm is not None and "critic_warmup_updates" in algorithm.config_cls.model_fields:
+        out.append("agent.hparams.critic_warmup_updates=2")
+    return out + list(extra)
+
+
+def _shrunk_config(agent: str, seed: int = 0, extra: tuple[str, ...] | list[str] = ()):
+    from sao_env.experiment import resolve_config
+
+    return resolve_config("style-drift", agent, seed, shrink_overrides(agent, extra))
+
+
+@pytest.fixture(scope="session")
+def shrink() -> tuple[str, ...]:
+    """The shrinking overrides common to every recipe (``SHRINK``)."""
+    return SHRINK
+
+
+@pytest.fixture(scope="session")
+def shrunk_config():
+    """``shrunk_config(agent, seed=0, extra=())`` -> the validated RunConfig of a shrunken run."""
+    return _shrunk_config
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sao_env_cache(tmp_path_factory):
+    """Point ``$SAO_ENV_CACHE`` at a session temporary folder (restored afterwards)."""
+    previous = os.environ.get("SAO_ENV_CACHE")
+    path = tmp_path_factory.mktemp("sao-env-cache")
+    os.environ["SAO_ENV_CACHE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("SAO_ENV_CACHE", None)
+    else:
+        os.environ["SAO_ENV_CACHE"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
+def restore_torch_threads():
+    """run_experiment sets torch's thread count; put it back after the session."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def shrunk_run(tmp_path_factory, sao_env_cache):
+    """``shrunk_run(agent, seed=0, extra=())`` -> (run dir, summary).
+
+    Each resolved configuration runs once per session (overrides that restate a recipe's own
+    value share its run); tests must not modify the run directory.
+    """
+    from sao_env.experiment import run_experiment
+
+    done: dict[str, tuple[Path, dict]] = {}
+
+    def run(agent: str, seed: int = 0, extra: tuple[str, ...] = ()) -> tuple[Path, dict]:
+        config = _shrunk_config(agent, seed, extra)
+        key = config.model_dump_json()
+        if key not in done:
+            out = tmp_path_factory.mktemp(f"run-{agent}-s{seed}")
+            summary = run_experiment(config, out, show_progress=False)
+            done[key] = (out, summary)
+        return done[key]
+
+    return run

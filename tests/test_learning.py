@@ -1,0 +1,41 @@
+"""Learning is real: SAO follows a switch of the rewarded style on held-out prompts.
+
+A two-phase cut of style-drift (boxed for 0.15 h, then sentence for 0.25 h), the default warm
+start and the sao recipe as shipped. SAO must raise the rewarded style's share on the held-out
+prompts from its warm-start level (about one in three) to at least 0.8 during phase 1, and reach
+0.8 on the new style after the switch. About 3-4 minutes on 2 cores, the warm start included.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sao_env.experiment import RunConfig, run_experiment
+from sao_env.specs import find_spec, load_yaml
+
+pytestmark = pytest.mark.slow
+
+
+def two_phase_config(agent: str) -> RunConfig:
+    env = load_yaml(find_spec("envs", "style-drift"))
+    env["phases"] = env["phases"][:2]
+    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.15, 0.25
+    env["eval"]["interval_h"] = 0.025
+    return RunConfig(env=env, agent=load_yaml(find_spec("agents", agent)), seed=0)
+
+
+def test_sao_aligns_then_realigns_after_the_switch(tmp_path):
+    config = two_phase_config("sao")
+    run_experiment(config, tmp_path, show_progress=False, save_checkpoint=False)
+    evals = [json.loads(line) for line in (tmp_path / "evals.jsonl").read_text().splitlines()]
+    switch_s = config.env.phases[0].duration_h * 3600
+
+    start = evals[0]["eval/boxed/style_match"]
+    phase1 = [e["eval/boxed/style_match"] for e in evals if e["sim_time_s"] <= switch_s]
+    phase2 = [e["eval/sentence/style_match"] for e in evals if e["sim_time_s"] > switch_s]
+    assert start < 0.5, f"the warm start should not prefer boxed already: {start}"
+    assert max(phase1) >= 0.8, f"boxed share in phase 1: {phase1}"
+    assert phase2[0] < 0.5, f"sentence share right after the switch: {phase2}"
+    assert max(phase2) >= 0.8, f"sentence share after the switch: {phase2}"
