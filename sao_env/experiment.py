@@ -104,16 +104,17 @@ def apply_override(raw: dict, item: str) -> None:
 
 
 def _may_add(path: list[str], part: str) -> bool:
-    """Keys absent from the YAML may be set where a model defines them (validated afterwards)."""
-    if path in (["agent", "hparams"],):
-        return True
-    models = {("env",): ScenarioSpec, ("agent",): AgentRecipe, ("agent", "runtime"): RuntimeSpec,
-              ("agent", "model"): ModelSpec, (): RunConfig}
-    model = models.get(tuple(path))
-    if model is None:
-        from sao_env import scenario as sc
-        model = {("env", "latency"): sc.LatencySpec, ("env", "eval"): sc.EvalSpec,
-                 ("env", "warm_start"): sc.WarmStartSpec}.get(tuple(path))
+    """A key absent from the YAML may be set where a model defines it (validated afterwards)."""
+    from sao_env.scenario import EvalSpec, LatencySpec, PhaseSpec, SourceSpec, WarmStartSpec
+
+    shape = tuple("*" if p.isdigit() else p for p in path)
+    if shape in (("agent", "hparams"), ("env", "phases", "*", "sources", "*", "params")):
+        return True  # validated by the algorithm's / the source's own model
+    models = {(): RunConfig, ("env",): ScenarioSpec, ("agent",): AgentRecipe, ("agent", "runtime"): RuntimeSpec,
+              ("agent", "model"): ModelSpec, ("env", "latency"): LatencySpec, ("env", "eval"): EvalSpec,
+              ("env", "warm_start"): WarmStartSpec, ("env", "phases", "*"): PhaseSpec,
+              ("env", "phases", "*", "sources", "*"): SourceSpec}
+    model = models.get(shape)
     return model is not None and part in model.model_fields
 
 

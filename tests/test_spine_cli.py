@@ -76,6 +76,13 @@ def test_user_errors_are_one_line(capsys, argv):
     _errors(capsys, argv)
 
 
+def test_no_arguments_prints_help_without_traceback(capsys):
+    code = main([])
+    out, err = capsys.readouterr()
+    assert code in (0, 2)
+    assert "Usage" in out + err and "Traceback" not in out + err
+
+
 def test_unknown_names_are_listed_in_the_error(capsys):
     line = _errors(capsys, ["run", "--dry-run", "--agent", "no-such-agent"])
     assert "no-such-agent" in line and "sao" in line

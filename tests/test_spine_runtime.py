@@ -98,8 +98,16 @@ def test_staleness_never_exceeds_max_staleness(shrunk_run):
 # -- the bounded buffer ---------------------------------------------------------------------------
 
 
-def test_group_larger_than_buffer_does_not_deadlock(shrunk_run):
-    run_dir, summary = shrunk_run("grpo", 0, ("agent.runtime.buffer_capacity=1",))
+def test_buffer_smaller_than_a_batch_is_rejected_up_front(shrunk_run):
+    """A buffer that cannot hold one update's batch would starve the learner: a one-line error."""
+    from sao_env.errors import UserError
+
+    with pytest.raises(UserError, match="buffer_capacity 1 is smaller than one update's batch"):
+        shrunk_run("grpo", 0, ("agent.runtime.buffer_capacity=1",))
+
+
+def test_buffer_of_exactly_one_batch_does_not_deadlock(shrunk_run):
+    run_dir, summary = shrunk_run("grpo", 0, ("agent.runtime.buffer_capacity=8",))
     lines = updates(run_dir)
     assert len(lines) >= 5
     assert summary["dropped"] == 0

@@ -79,7 +79,8 @@ class RunningMeanStd:
         self.count, self.mean, self.m2 = 0, 0.0, 0.0
 
     def update(self, values: list[float]) -> None:
-        for x in values:
+        """Fold in the finite values (a non-finite reward must not poison every later update)."""
+        for x in filter(math.isfinite, values):
             self.count += 1
             delta = x - self.mean
             self.mean += delta / self.count

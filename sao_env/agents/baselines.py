@@ -8,7 +8,8 @@ reinforce: A_i = r_i (no baseline), plain policy gradient -A*logp; the floor eve
 
 from __future__ import annotations
 
-import torch
+import math
+
 from pydantic import Field
 
 from sao_env.agents.base import Agent, AgentConfig
@@ -41,7 +42,8 @@ class RunningMeanAgent(Agent):
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         batch = self.batch(episodes)
-        adv_B, self.history = running_mean_advantages(batch.rewards_B, self.history, window=self.config.window)
+        adv_B, history = running_mean_advantages(batch.rewards_B, self.history, window=self.config.window)
+        self.history = [r for r in history if math.isfinite(r)]  # a NaN reward skips its own update only
         advantages = broadcast_sequence_advantages(adv_B, batch.mask_BT)
 
         def loss_fn(logp):
@@ -49,7 +51,7 @@ class RunningMeanAgent(Agent):
                                    eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg)
 
         self.updates += 1
-        return self.actor_step(batch, loss_fn) | {"actor/baseline": sum(self.history) / len(self.history)}
+        return self.actor_step(batch, loss_fn) | {"actor/baseline": sum(self.history) / max(len(self.history), 1)}
 
 
 class ReinforceConfig(AgentConfig):

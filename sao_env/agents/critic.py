@@ -16,7 +16,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from sao_env.agents.base import Batch, guarded_step
-from sao_env.algos import value_loss
+from sao_env.algos import gae, value_loss
 
 
 class ValueModel(nn.Module):
@@ -61,6 +61,16 @@ class Critic:
     def values(self, batch: Batch) -> torch.Tensor:
         self.model.eval()
         return self.model(batch.tokens_BT, batch.attention_BT)
+
+    def fit(self, batch: Batch, *, steps: int, gamma: float = 1.0) -> dict[str, float]:
+        """SAO's critic update: targets from the pre-update values with lambda=1, then ``steps`` steps.
+
+        R = GAE(r, V_old; gamma, lambda=1) + V_old, i.e. the discounted reward-to-go.
+        """
+        _, returns = gae(batch.rewards_BT, self.values(batch), batch.mask_BT, gamma=gamma, lam=1.0)
+        for _ in range(steps):
+            metrics = self.step(batch, returns)
+        return metrics
 
     def step(self, batch: Batch, returns_BT: torch.Tensor) -> dict[str, float]:
         self.model.train()

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from sao_env.agents.base import Agent, AgentConfig
 from sao_env.agents.critic import Critic
-from sao_env.algos import adaptive_lambda, dis_policy_loss, gae, masked_whiten
+from sao_env.algos import adaptive_lambda, dis_policy_loss, gae, masked_mean, masked_whiten
 from sao_env.types import Episode
 
 
@@ -63,9 +63,7 @@ class SAOAgent(Agent):
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
-        _, returns = gae(batch.rewards_BT, self.critic.values(batch), mask, gamma=1.0, lam=1.0)
-        for _ in range(self.config.critic_updates):
-            metrics = self.critic.step(batch, returns)
+        metrics = self.critic.fit(batch, steps=self.config.critic_updates, gamma=1.0)  # steps 1-3
         self.updates += 1
         if self.updates <= self.config.critic_warmup_updates:
             return metrics | {"actor/warmup": 1.0}
@@ -80,8 +78,4 @@ class SAOAgent(Agent):
                                    eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg)
 
         metrics |= self.actor_step(batch, loss_fn)
-        return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": _mean_on(advantages, mask)}
-
-
-def _mean_on(x, mask) -> float:
-    return ((x * mask).sum() / mask.sum().clamp(min=1)).item()
+        return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": masked_mean(advantages, mask).item()}

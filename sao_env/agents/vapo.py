@@ -65,9 +65,7 @@ class VAPOAgent(Agent):
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
-        _, returns = gae(batch.rewards_BT, self.critic.values(batch), mask, gamma=cfg.gamma, lam=1.0)
-        for _ in range(cfg.critic_updates):
-            metrics = self.critic.step(batch, returns)
+        metrics = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma)
         self.updates += 1
         if self.updates <= cfg.critic_warmup_updates:
             return metrics | {"actor/warmup": 1.0}

@@ -171,7 +171,7 @@ def ppo_clip_loss(
     Returns:
         (loss, metrics). Metrics over action tokens: ``pg_clipfrac`` (fraction where the clipped
         term is the active one, i.e. larger than the unclipped one), ``pg_clipfrac_lower``
-        (fraction where the dual clip is active; 0 without it), ``ratio_mean``, ``approx_kl``
+        (fraction where the dual clip is active; 0 without it), ``ratio_mean``, ``ratio_max``, ``approx_kl``
         (k2 estimator, as in ``dis_policy_loss``).
     """
     _check_shapes(mask, logp=logp, old_logp=old_logp, advantages=advantages)
@@ -196,6 +196,7 @@ def ppo_clip_loss(
             pg_clipfrac=masked_mean(is_clipped.to(ratio.dtype), m),
             pg_clipfrac_lower=masked_mean(is_capped.to(ratio.dtype), m),
             ratio_mean=masked_mean(ratio, m),
+            ratio_max=torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
             approx_kl=masked_mean(0.5 * _log_ratio(logp, old_logp) ** 2, m),
         )
     return loss, metrics

@@ -8,6 +8,13 @@ import typer
 
 from sao_env.errors import UserError
 
+try:  # recent typer vendors its own copy of click
+    from typer._click.exceptions import ClickException as _ClickException
+    from typer._click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click.exceptions import ClickException as _ClickException
+    from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
+
 app = typer.Typer(
     name="sao-env",
     help="Drifting environments, asynchronous RL agents (SAO, GRPO, ...) and benchmark evaluation.",
@@ -31,14 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (typer.Exit, SystemExit) as stop:
         return int(getattr(stop, "exit_code", getattr(stop, "code", 0)) or 0)
-    except Exception as err:  # click's usage errors
-        import click
-
-        if isinstance(err, click.ClickException):
-            print(f"sao-env: error: {err.format_message()}", file=sys.stderr)
-            return 2
-        if isinstance(err, click.exceptions.Abort):
-            print("sao-env: aborted", file=sys.stderr)
-            return 130
-        raise
+    except _NoArgsIsHelp as err:
+        print(err.format_message())
+        return 0
+    except _ClickException as err:
+        print(f"sao-env: error: {err.format_message()}", file=sys.stderr)
+        return 2
+    except (typer.Abort, KeyboardInterrupt):
+        print("sao-env: aborted", file=sys.stderr)
+        return 130
     return 0

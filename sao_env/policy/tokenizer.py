@@ -31,6 +31,6 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         eos_token=EOS,
         unk_token=UNK,
         clean_up_tokenization_spaces=False,
+        padding_side="left",
     )
-    tokenizer.padding_side = "left"
     return tokenizer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,10 @@ def load_warm_started(
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.replace(path) if not path.exists() else None
+    if path.exists():  # another process finished the same warm start first
+        shutil.rmtree(tmp)
+    else:
+        tmp.replace(path)
     return model, tokenizer, path
 
 

@@ -9,8 +9,10 @@ before its weights are deployed to the rollout slots (version + 1).
 
 Admission control (as in AReaL): a request may start only while
 ``started_requests < (learner_updates + max_staleness + 1) * groups_per_update``, so
-``max_staleness=0`` is synchronous on-policy and no episode is ever older than ``max_staleness``
-learner updates. The buffer never drops silently: when full, the producer blocks (default) or, if
+``max_staleness=0`` is synchronous on-policy. Because latencies are heavy-tailed, admission alone
+does not bound staleness; the learner also consumes stragglers first and waits for a running one
+rather than let any episode be consumed more than ``max_staleness`` versions late (slow, hard
+episodes are never starved or dropped; the wait is reported as ``async/learner_wait_s``). The buffer never drops silently: when full, the producer blocks (default) or, if
 asked, the oldest group is dropped and counted.
 """
 
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sao_env.agents.base import Agent
 from sao_env.envs.text_env import ScenarioTextEnv
+from sao_env.errors import UserError
 from sao_env.policy.generate import sample
 from sao_env.scenario import Scenario
 from sao_env.types import Episode
@@ -57,6 +60,7 @@ class RuntimeSpec(BaseModel):
 class _Request:
     id: int
     task: object
+    version: int
     group: list[Episode | None]
     pending: int
     blocked_since: float | None = None
@@ -73,6 +77,7 @@ class RunState:
     dropped: int = 0
     updates: int = 0
     blocked_s: float = 0.0
+    learner_wait_s: float = 0.0
     staleness: list[int] = field(default_factory=list)
 
 
@@ -105,10 +110,15 @@ class SimRuntime:
         self.state = RunState()
         self.free_slots = scenario.spec.rollout_slots
         if agent.group_size > self.free_slots:
-            raise ValueError(f"group size {agent.group_size} exceeds the scenario's {self.free_slots} rollout slots")
+            raise UserError(f"group size {agent.group_size} exceeds the scenario's {self.free_slots} rollout slots")
+        if spec.buffer_capacity < agent.group_size * agent.groups_per_update:
+            raise UserError(f"buffer_capacity {spec.buffer_capacity} is smaller than one update's batch "
+                            f"({agent.groups_per_update} groups of {agent.group_size} episodes)")
         self.buffer: list[_Request] = []
         self.blocked: list[_Request] = []
+        self.running: dict[int, _Request] = {}
         self.learner_busy = False
+        self.waiting_since: float | None = None
         self._events: list = []
         self._seq = itertools.count()
         self._ids = itertools.count()
@@ -162,7 +172,8 @@ class SimRuntime:
         now, G = self.state.now, self.agent.group_size
         task = self.scenario.next_task(now, self.task_rng, index=self.state.started)
         self.state.started += 1
-        request = _Request(id=next(self._ids), task=task, group=[None] * G, pending=G)
+        request = _Request(id=next(self._ids), task=task, version=self.deployed_version, group=[None] * G, pending=G)
+        self.running[request.id] = request
         prompt_ids = self.tokenizer(task.prompt, add_special_tokens=False)["input_ids"]
         start = time.perf_counter()
         samples = sample(self.deployed, [prompt_ids] * G, max_new_tokens=self.scenario.spec.max_new_tokens,
@@ -204,6 +215,7 @@ class SimRuntime:
         if request.pending:
             self.free_slots += 1
             return
+        del self.running[request.id]
         if self._buffered_episodes() + len(request.group) > self.spec.buffer_capacity:
             if self.spec.on_full == "block" and self.buffer:
                 request.blocked_since = self.state.now
@@ -227,10 +239,34 @@ class SimRuntime:
 
     # -- learner ----------------------------------------------------------------------------
     def _learn(self) -> None:
+        """Consume a batch in completion order, stragglers first; wait if one would exceed max_staleness.
+
+        After this update the actor is at version V+1 (assumed, even in a critic warm-up), so an
+        unconsumed request generated before V+1-max_staleness would be too stale: it jumps the
+        queue if complete, and if it is still running the learner waits for it (never drops it).
+        """
         need = self.agent.groups_per_update
-        if self.learner_busy or len(self.buffer) < need or self.state.now >= self.scenario.duration_s:
+        ready = self.buffer + self.blocked
+        if self.learner_busy or len(ready) < need or self.state.now >= self.scenario.duration_s:
             return
-        requests, self.buffer = self.buffer[:need], self.buffer[need:]
+        floor = self.agent.version + 1 - self.spec.max_staleness
+        urgent = [r for r in ready if r.version < floor]
+        requests = (urgent + [r for r in ready if r.version >= floor])[:need]
+        rest = [r for r in ready if r not in requests] + list(self.running.values())
+        if any(r.version < floor for r in rest):
+            if self.waiting_since is None:
+                self.waiting_since = self.state.now
+            return
+        if self.waiting_since is not None:
+            self.state.learner_wait_s += self.state.now - self.waiting_since
+            self.waiting_since = None
+        for r in requests:
+            if r in self.blocked:
+                self.blocked.remove(r)
+                self.state.blocked_s += self.state.now - r.blocked_since
+                self.free_slots += 1
+            else:
+                self.buffer.remove(r)
         self._unblock()
         episodes = [e for r in requests for e in r.group]
         staleness = [self.agent.version - e.version for e in episodes]
@@ -249,6 +285,7 @@ class SimRuntime:
             "async/staleness_max": float(max(staleness)),
             "async/buffer_size": float(self._buffered_episodes()),
             "async/buffer_blocked_s": self.state.blocked_s,
+            "async/learner_wait_s": self.state.learner_wait_s,
             "async/dropped": float(self.state.dropped),
             "async/in_flight": float(self.in_flight),
             "train/reward_mean": float(np.mean([e.reward for e in episodes])),

@@ -37,12 +37,17 @@ def render(style: str, answer: int) -> str:
 
 
 def parse_styled(response: str) -> tuple[str | None, int | None]:
-    """Return ``(style, value)`` when the whole response is one style's form, else ``(None, None)``."""
+    """Return ``(style, value)`` when the whole response is one style's form, else ``(None, None)``.
+
+    The number must be written canonically (no leading zeros, no ``-0``); otherwise the style is
+    recognised but the value is None, so the answer grades wrong.
+    """
     text = response.strip()
     for name, pattern in _STYLE_PATTERNS.items():
         match = pattern.match(text)
         if match:
-            return name, int(match.group(1))
+            digits = match.group(1)
+            return name, int(digits) if str(int(digits)) == digits else None
     return None, None
 
 
