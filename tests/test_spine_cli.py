@@ -153,3 +153,21 @@ def test_compare_then_leaderboard(capsys, tmp_path, shrink):
 
 def test_leaderboard_without_runs_is_a_user_error(capsys, tmp_path):
     _errors(capsys, ["leaderboard", str(tmp_path), "--out", str(tmp_path / "out")])
+
+
+def test_eval_reads_the_checkpoint_a_training_run_wrote(shrunk_run, tmp_path):
+    """`sao-env eval RUN_DIR` evaluates the run's checkpoints/final on a real benchmark slice."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not data.is_dir():
+        pytest.skip("../shared/data is not beside the checkout")
+    run_dir, _ = shrunk_run("sao")
+    code = main(["eval", str(run_dir), "--suite", "beyond_aime", "--data", str(data), "--limit", "2", "--k", "2",
+                 "--max-new-tokens", "8", "--out", str(tmp_path), "--no-leaderboard", "--no-progress"])
+    assert code == 0
+    summary = json.loads((tmp_path / "beyond_aime" / "summary.json").read_text())
+    assert summary["n"] == 4 and summary["problems"] == 2 and 0.0 <= summary["accuracy"] <= 1.0
+    samples = (tmp_path / "beyond_aime" / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 4

@@ -47,8 +47,9 @@ class ModelSpec(BaseModel):
     """Key/value heads (grouped-query attention) of the tiny model."""
     intermediate_size: int = Field(256, gt=0)
     """MLP width of the tiny model."""
-    max_position_embeddings: int = Field(256, gt=0)
-    """Longest sequence the tiny model handles (prompt + response)."""
+    max_position_embeddings: int = Field(4096, gt=0)
+    """Longest sequence the tiny model accepts (rotary positions: costs no parameters); long enough
+    for character-level benchmark problems."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype."""
 

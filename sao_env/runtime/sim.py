@@ -282,6 +282,7 @@ class SimRuntime:
         record = {
             **metrics,
             "async/staleness_mean": float(np.mean(staleness)),
+            "async/staleness_p95": float(np.percentile(staleness, 95)),
             "async/staleness_max": float(max(staleness)),
             "async/buffer_size": float(self._buffered_episodes()),
             "async/buffer_blocked_s": self.state.blocked_s,
