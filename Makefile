@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TESTS  := $(VENV)/.installed-test
 
 .PHONY: demo test bench install clean
 
@@ -10,8 +11,17 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+# Tests also exercise the optional SWE-bench logic (swebench, no engine needed) and the sandbox,
+# which uses bubblewrap when it can be installed (root on Debian/Ubuntu) and rlimits otherwise.
+$(TESTS): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,swe]"
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || \
+	  echo "note: bubblewrap (bwrap) is not installed; the sandbox falls back to rlimits only"; }
+	touch $(TESTS)
 
 install: $(STAMP)
 
@@ -20,13 +30,14 @@ demo: $(STAMP)
 	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0
 
 ## make test: the whole test suite
-test: $(STAMP)
+test: $(TESTS)
 	$(BIN)/python -m pytest -q
 
 ## make bench: print the benchmark figures (speed, throughput)
-bench: $(STAMP)
+bench: $(TESTS)
 	$(BIN)/python bench/bench_grading.py
 	$(BIN)/python bench/bench_runtime.py
+	$(BIN)/python bench/bench_sandbox.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -242,8 +242,9 @@ class SimRuntime:
         """Consume a batch in completion order, stragglers first; wait if one would exceed max_staleness.
 
         After this update the actor is at version V+1 (assumed, even in a critic warm-up), so an
-        unconsumed request generated before V+1-max_staleness would be too stale: it jumps the
-        queue if complete, and if it is still running the learner waits for it (never drops it).
+        unconsumed request generated before V+1-max_staleness would be too stale: every such
+        request already complete joins this batch (which may then exceed ``groups_per_update``),
+        and if one is still running the learner waits for it (it is never dropped).
         """
         need = self.agent.groups_per_update
         ready = self.buffer + self.blocked
@@ -251,9 +252,8 @@ class SimRuntime:
             return
         floor = self.agent.version + 1 - self.spec.max_staleness
         urgent = [r for r in ready if r.version < floor]
-        requests = (urgent + [r for r in ready if r.version >= floor])[:need]
-        rest = [r for r in ready if r not in requests] + list(self.running.values())
-        if any(r.version < floor for r in rest):
+        requests = urgent + [r for r in ready if r.version >= floor][: max(need - len(urgent), 0)]
+        if any(r.version < floor for r in self.running.values()):
             if self.waiting_since is None:
                 self.waiting_since = self.state.now
             return

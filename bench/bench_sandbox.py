@@ -1,0 +1,122 @@
+"""Sandboxed run latency and throughput: bubblewrap against the rlimits-only fallback.
+
+    python bench/bench_sandbox.py [--runs 50] [--pytest-runs 10] [--workers 2]
+
+For each isolation mode, prints p50/p95 latency (seconds, wall clock from ``run`` call to
+result) of three workloads, each run in a fresh working copy:
+  trivial    ``python -I -S -c``-like script printing one line
+  unittest   a small test-suite script (unittest, 3 tests, stdlib only)
+  pytest     ``python -m pytest -q`` on a 3-test file (the venv's pytest)
+then runs per minute of the unittest workload with ``--workers`` threads in parallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+TRIVIAL = "print('ok')\n"
+UNITTEST = """\
+import unittest
+
+def solve(xs):
+    return sorted(set(xs))
+
+class T(unittest.TestCase):
+    def test_sorted(self):
+        self.assertEqual(solve([3, 1, 2, 3]), [1, 2, 3])
+    def test_empty(self):
+        self.assertEqual(solve([]), [])
+    def test_big(self):
+        self.assertEqual(len(solve(range(10000))), 10000)
+
+unittest.main(argv=["t"], verbosity=0, exit=True)
+"""
+PYTEST = """\
+def solve(xs):
+    return sorted(set(xs))
+
+def test_sorted():
+    assert solve([3, 1, 2, 3]) == [1, 2, 3]
+
+def test_empty():
+    assert solve([]) == []
+
+def test_big():
+    assert len(solve(range(10000))) == 10000
+"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def make_source(root: Path) -> Path:
+    src = root / "src"
+    src.mkdir()
+    (src / "trivial.py").write_text(TRIVIAL)
+    (src / "suite.py").write_text(UNITTEST)
+    (src / "test_solve.py").write_text(PYTEST)
+    return src
+
+
+def one_run(executor, src: Path, scratch: Path, argv_tail: list[str]) -> float:
+    from sao_env.sandbox import fresh_workdir
+
+    work = fresh_workdir(src, scratch)
+    try:
+        started = time.perf_counter()
+        result = executor.run([executor.python, *argv_tail], workdir=work, timeout_s=60)
+        elapsed = time.perf_counter() - started
+        if not result.ok:
+            raise SystemExit(f"run failed: {result}")
+        return elapsed
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--pytest-runs", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    from sao_env.sandbox import LocalExecutor, sandbox_status
+
+    print(sandbox_status())
+    modes = {"fallback": LocalExecutor(use_bwrap=False)}
+    bwrap = LocalExecutor()
+    if bwrap.isolation == "bubblewrap":
+        modes = {"bubblewrap": bwrap, **modes}
+    workloads = {"trivial": (["-I", "-S", "trivial.py"], args.runs),
+                 "unittest": (["-I", "-S", "suite.py"], args.runs),
+                 "pytest": (["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_solve.py"], args.pytest_runs)}
+    with tempfile.TemporaryDirectory(prefix="sao-bench-sandbox-") as tmp:
+        scratch = Path(tmp)
+        src = make_source(scratch)
+        print(f"{'mode':<11} {'workload':<9} {'runs':>5} {'p50 s':>8} {'p95 s':>8} {'mean s':>8}")
+        for mode, executor in modes.items():
+            for name, (tail, runs) in workloads.items():
+                one_run(executor, src, scratch, tail)  # warm the page cache
+                times = [one_run(executor, src, scratch, tail) for _ in range(runs)]
+                print(f"{mode:<11} {name:<9} {runs:>5} {percentile(times, 0.5):>8.3f} "
+                      f"{percentile(times, 0.95):>8.3f} {statistics.fmean(times):>8.3f}")
+        for mode, executor in modes.items():
+            tail, runs = workloads["unittest"][0], args.runs
+            started = time.perf_counter()
+            with ThreadPoolExecutor(args.workers) as pool:
+                list(pool.map(lambda _: one_run(executor, src, scratch, tail), range(runs)))
+            wall = time.perf_counter() - started
+            print(f"{mode:<11} unittest x{runs} on {args.workers} workers: {wall:.2f} s, "
+                  f"{runs / wall * 60:.0f} runs/min")
+
+
+if __name__ == "__main__":
+    main()
