@@ -1,9 +1,9 @@
 """Learning is real: SAO follows a switch of the rewarded style on held-out prompts.
 
-A two-phase cut of style-drift (boxed for 0.1 h, then sentence for 0.3 h), the default warm
+A two-phase cut of style-drift (boxed for 0.15 h, then sentence for 0.4 h), the default warm
 start and the sao recipe as shipped. SAO must raise the rewarded style's share on the held-out
 prompts from its warm-start level (about one in three) to at least 0.8 during phase 1, and reach
-0.8 on the new style after the switch. About 3-4 minutes on 2 cores, the warm start included.
+0.8 on the new style after the switch. About 5 minutes on 2 cores, the warm start included.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 def two_phase_config(agent: str) -> RunConfig:
     env = load_yaml(find_spec("envs", "style-drift"))
     env["phases"] = env["phases"][:2]
-    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.1, 0.3
-    env["eval"]["interval_h"] = 0.0125
+    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.15, 0.4
+    env["eval"]["interval_h"] = 0.025
     return RunConfig(env=env, agent=load_yaml(find_spec("agents", agent)), seed=0)
 
 

@@ -28,6 +28,9 @@ class AgentConfig(BaseModel):
     """Actor learning rate (Adam)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """Adam's betas for every optimizer of the agent."""
+    adam_eps: float = Field(1e-5, gt=0)
+    """Adam's epsilon (1e-5 as in CleanRL's PPO: a saturated softmax's tiny gradients are not
+    rescaled into full-size steps, which otherwise erodes tokens the policy is already sure of)."""
     grad_clip: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping); the unclipped norm is logged."""
     agg: str = "token_mean"
@@ -136,7 +139,7 @@ class Agent:
         self.skipped = 0
         self.reward_stats = RunningMeanStd()
         self.actor_params = [p for p in policy.parameters() if p.requires_grad]
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.lr, betas=config.adam_betas)
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
 
     group_size: int = 1
     """Rollouts per prompt the runtime must sample (G); 1 for single-rollout algorithms."""

@@ -49,11 +49,11 @@ class Critic:
     """A ValueModel with its own Adam optimizer; ``step`` is one regression step on fixed returns."""
 
     def __init__(self, policy: PreTrainedModel, *, lr: float, grad_clip: float | None, agg: str,
-                 betas: tuple[float, float] = (0.9, 0.999), frozen_pattern: str | None = None):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, frozen_pattern: str | None = None):
         kwargs = {"frozen_pattern": frozen_pattern} if frozen_pattern else {}
         self.model = ValueModel(policy, **kwargs)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
         self.grad_clip, self.agg = grad_clip, agg
         self.skipped = 0
 

@@ -50,7 +50,8 @@ class SAOAgent(Agent):
     def __init__(self, policy, tokenizer, config: SAOConfig, *, dis_band=(0.3, 5.0)):
         super().__init__(policy, tokenizer, config, dis_band=dis_band)
         self.critic = Critic(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
-                             betas=config.adam_betas, frozen_pattern=config.critic_frozen_pattern)
+                             betas=config.adam_betas, eps=config.adam_eps,
+                             frozen_pattern=config.critic_frozen_pattern)
         self.groups_per_update = config.episodes_per_update
         self.eps_low = config.dis_eps_low if config.dis_eps_low is not None else dis_band[0]
         self.eps_high = config.dis_eps_high if config.dis_eps_high is not None else dis_band[1]
