@@ -94,6 +94,11 @@ class RunningMeanStd:
         return [(x - self.mean) / (std + 1e-6) for x in values]
 
 
+def resolve_band(eps_low: float | None, eps_high: float | None, default: tuple[float, float]) -> tuple[float, float]:
+    """A recipe's band widths, each None falling back to the scenario's DIS band."""
+    return (default[0] if eps_low is None else eps_low, default[1] if eps_high is None else eps_high)
+
+
 def guarded_step(
     loss: torch.Tensor, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float | None
 ) -> tuple[float, bool]:

@@ -12,7 +12,7 @@ import math
 
 from pydantic import Field
 
-from sao_env.agents.base import Agent, AgentConfig
+from sao_env.agents.base import Agent, AgentConfig, resolve_band
 from sao_env.algos import broadcast_sequence_advantages, dis_policy_loss, policy_gradient_loss, running_mean_advantages
 from sao_env.types import Episode
 
@@ -37,8 +37,7 @@ class RunningMeanAgent(Agent):
         super().__init__(policy, tokenizer, config, dis_band=dis_band)
         self.groups_per_update = config.episodes_per_update
         self.history: list[float] = []
-        self.eps_low = config.dis_eps_low if config.dis_eps_low is not None else dis_band[0]
-        self.eps_high = config.dis_eps_high if config.dis_eps_high is not None else dis_band[1]
+        self.eps_low, self.eps_high = resolve_band(config.dis_eps_low, config.dis_eps_high, dis_band)
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         batch = self.batch(episodes)

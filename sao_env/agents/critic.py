@@ -57,6 +57,12 @@ class Critic:
         self.grad_clip, self.agg = grad_clip, agg
         self.skipped = 0
 
+    @classmethod
+    def for_agent(cls, policy: PreTrainedModel, config) -> "Critic":
+        """Build from an agent config that has critic_lr and critic_frozen_pattern (SAO, VAPO)."""
+        return cls(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
+                   betas=config.adam_betas, eps=config.adam_eps, frozen_pattern=config.critic_frozen_pattern)
+
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
         self.model.eval()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from sao_env.agents.base import Agent, AgentConfig, Batch
+from sao_env.agents.base import Agent, AgentConfig, Batch, resolve_band
 from sao_env.algos import POLICY_LOSSES, broadcast_sequence_advantages, group_advantages
 from sao_env.types import Episode
 
@@ -51,8 +51,7 @@ class GRPOAgent(Agent):
         if config.loss not in POLICY_LOSSES:
             raise ValueError(f"unknown loss {config.loss!r}; known: {', '.join(POLICY_LOSSES)}")
         self.group_size, self.groups_per_update = config.group_size, config.groups_per_update
-        self.eps_low = config.eps_low if config.eps_low is not None else dis_band[0]
-        self.eps_high = config.eps_high if config.eps_high is not None else dis_band[1]
+        self.eps_low, self.eps_high = resolve_band(config.eps_low, config.eps_high, dis_band)
         self.loss = POLICY_LOSSES[config.loss]
 
     @property

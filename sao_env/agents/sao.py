@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sao_env.agents.base import Agent, AgentConfig
+from sao_env.agents.base import Agent, AgentConfig, resolve_band
 from sao_env.agents.critic import Critic
 from sao_env.algos import adaptive_lambda, dis_policy_loss, gae, masked_mean, masked_whiten
 from sao_env.types import Episode
@@ -49,12 +49,9 @@ class SAOAgent(Agent):
 
     def __init__(self, policy, tokenizer, config: SAOConfig, *, dis_band=(0.3, 5.0)):
         super().__init__(policy, tokenizer, config, dis_band=dis_band)
-        self.critic = Critic(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
-                             betas=config.adam_betas, eps=config.adam_eps,
-                             frozen_pattern=config.critic_frozen_pattern)
+        self.critic = Critic.for_agent(policy, config)
         self.groups_per_update = config.episodes_per_update
-        self.eps_low = config.dis_eps_low if config.dis_eps_low is not None else dis_band[0]
-        self.eps_high = config.dis_eps_high if config.dis_eps_high is not None else dis_band[1]
+        self.eps_low, self.eps_high = resolve_band(config.dis_eps_low, config.dis_eps_high, dis_band)
 
     @property
     def train_passes(self) -> int:

@@ -52,9 +52,7 @@ class VAPOAgent(Agent):
 
     def __init__(self, policy, tokenizer, config: VAPOConfig, *, dis_band=(0.3, 5.0)):
         super().__init__(policy, tokenizer, config, dis_band=dis_band)
-        self.critic = Critic(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
-                             betas=config.adam_betas, eps=config.adam_eps,
-                             frozen_pattern=config.critic_frozen_pattern)
+        self.critic = Critic.for_agent(policy, config)
         self.groups_per_update = config.episodes_per_update
 
     @property
