@@ -14,7 +14,6 @@ Run directory layout:
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -30,6 +29,7 @@ from sao_env.agents import ALGORITHMS, Agent
 from sao_env.errors import UserError
 from sao_env.evaluation.adaptation import adaptation_summary
 from sao_env.evaluation.heldout import evaluate_heldout
+from sao_env.leaderboard.plots import plot_adaptation
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
 from sao_env.runtime.sim import RuntimeSpec, SimRuntime
@@ -213,8 +213,6 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
         agent.tokenizer.save_pretrained(final)
     timings = {"total_s": time.perf_counter() - wall_start, "warm_start_s": warm_s, **runtime.wall}
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    from sao_env.leaderboard.plots import plot_adaptation
-
     plot_adaptation({config.agent.name: [out]}, out / "adaptation.png")
     return summary
 

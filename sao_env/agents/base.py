@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sao_env.algos import masked_mean
 from sao_env.policy.generate import sequence_logprobs
 from sao_env.types import Episode
 
@@ -177,13 +178,8 @@ class Agent:
         if not skipped:
             self.version += 1
         with torch.no_grad():
-            m = batch.mask_BT
-            entropy_mean = (entropy * m).sum() / m.sum().clamp(min=1)
+            entropy_mean = masked_mean(entropy, batch.mask_BT)
         out = {f"actor/{k}": v for k, v in metrics.items()}
         out.update({"actor/loss": loss.item(), "actor/entropy": entropy_mean.item(),
                     "actor/grad_norm": grad_norm, "actor/skipped_nonfinite": float(self.skipped)})
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "updates": self.updates, "skipped": self.skipped,
-                "actor_optimizer": self.actor_optimizer.state_dict()}

@@ -7,7 +7,6 @@ and the decoding defaults (k samples per problem, temperature, top-p, max new to
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Literal
 
 import yaml
