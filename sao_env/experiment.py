@@ -7,6 +7,7 @@ Run directory layout:
   evals.jsonl        held-out evaluations at fixed simulated times
   episodes.jsonl     one line per completed episode (phase, reward, grade, version, times)
   summary.json       adaptation metrics, throughput, staleness, masked fraction
+  splits.json        train/held-out split of each benchmark-stream source (only when there is one)
   timings.json       wall-clock figures (not deterministic, kept apart)
   adaptation.png     the run's adaptation curve
   checkpoints/final  the final policy, Hugging Face format (save_pretrained, tokenizer included)
@@ -155,6 +156,9 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
     wall_start = time.perf_counter()
     torch.set_num_threads(config.threads)
     scenario = Scenario(config.env)
+    manifests = scenario.manifests()
+    if manifests:
+        (out / "splits.json").write_text(json.dumps(manifests, indent=2, sort_keys=True) + "\n")
     agent = build_agent(config, scenario, show_progress=show_progress)
     warm_s = time.perf_counter() - wall_start
 
@@ -173,7 +177,8 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
         episodes_log.write({"task": episode.task.id, "phase": episode.phase, "reward": episode.reward,
                             "response": episode.response, "version": episode.version, "group": episode.group_id,
                             "sim_start": episode.sim_start, "sim_end": episode.sim_end,
-                            "tokens": episode.num_action_tokens, **{f"grade/{k}": v for k, v in episode.grade_details.items()}})
+                            "tokens": episode.num_action_tokens, "turns": episode.turns, "end": episode.end,
+                            **{f"grade/{k}": v for k, v in episode.grade_details.items()}})
 
     def on_eval(t: float, runtime: SimRuntime) -> None:
         result = evaluate_heldout(runtime.deployed, agent.tokenizer, scenario, eval_index=len(evals))

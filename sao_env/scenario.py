@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sao_env.tasks import TaskSource, build_source
-from sao_env.types import Task
+from sao_env.types import Task, Turn
 
 HOUR = 3600.0
 
@@ -56,6 +56,9 @@ class LatencySpec(_Strict):
     """Median of the log-normal environment latency per turn (tool calls, sandboxes, graders)."""
     env_sigma: float = Field(1.0, ge=0)
     """Log-normal shape of the environment latency; 1.0 puts the p99 at about 10x the median."""
+    tool_median_s: dict[str, float] = {}
+    """Median latency per tool call by tool name in multi-turn envs (e.g. ``run_tests: 30``); a tool
+    not listed, and a single-turn env's grading, use ``env_median_s``."""
     update_base_s: float = Field(1.0, ge=0)
     """Simulated seconds of fixed cost per learner update (weight sync included)."""
     update_s_per_token: float = Field(0.002, ge=0)
@@ -95,6 +98,10 @@ class ScenarioSpec(_Strict):
     """Concurrent rollouts (the inference hardware); the same for every agent on the scenario."""
     max_new_tokens: int = Field(24, gt=0)
     """Generation limit per turn."""
+    max_turns: int = Field(1, gt=0)
+    """Turn limit of multi-turn episodes (the episode is then graded as it stands)."""
+    max_context_tokens: int = Field(4096, gt=0)
+    """An episode whose conversation outgrows this ends with reward 0 (reason ``context-limit``)."""
     domain: Literal["reasoning", "coding"] = "reasoning"
     """Selects the default DIS band: 0.3/5.0 for reasoning, 0.8/3.0 for coding (SAO paper)."""
     dis_eps_low: float | None = None
@@ -166,30 +173,44 @@ class Scenario:
                 phase_idx -= 1
         return self._sample_from(phase_idx, rng, created_at=t, index=index)
 
-    def _sample_from(self, phase_idx: int, rng: np.random.Generator, *, created_at: float, index: int) -> Task:
-        phase = self.spec.phases[phase_idx]
-        weights = np.array([s.weight for s in phase.sources], dtype=float)
-        k = int(rng.choice(len(weights), p=weights / weights.sum())) if len(weights) > 1 else 0
-        return self.sources[phase_idx][k].sample(rng, phase=phase.name, created_at=created_at, index=index)
+    def _sample_from(self, phase_idx: int, rng: np.random.Generator, *, created_at: float, index: int,
+                     heldout: bool = False) -> Task:
+        source = self._pick_source(phase_idx, rng)
+        draw = source.sample_heldout if heldout and hasattr(source, "sample_heldout") else source.sample
+        return draw(rng, phase=self.spec.phases[phase_idx].name, created_at=created_at, index=index)
 
-    def demonstration(self, rng: np.random.Generator, index: int) -> tuple[Task, str]:
-        """A (task, correct response) pair from a phase chosen uniformly: warm-start data."""
+    def _pick_source(self, phase_idx: int, rng: np.random.Generator) -> TaskSource:
+        weights = np.array([s.weight for s in self.spec.phases[phase_idx].sources], dtype=float)
+        k = int(rng.choice(len(weights), p=weights / weights.sum())) if len(weights) > 1 else 0
+        return self.sources[phase_idx][k]
+
+    def manifests(self) -> dict[str, dict]:
+        """Each source's description of its train/held-out split, by ``<phase>/<source>`` (benchmark streams)."""
+        out = {}
+        for phase, sources in zip(self.spec.phases, self.sources):
+            for source in sources:
+                if hasattr(source, "manifest"):
+                    out[f"{phase.name}/{source.name}"] = source.manifest()
+        return out
+
+    def demonstration(self, rng: np.random.Generator, index: int) -> tuple[Task, str | list[Turn]]:
+        """A task and a correct response (or multi-turn transcript) from a phase chosen uniformly: warm-start data."""
         phase_idx = int(rng.integers(len(self.spec.phases)))
-        task = self._sample_from(phase_idx, rng, created_at=0.0, index=index)
-        source = self.sources[phase_idx][0] if len(self.sources[phase_idx]) == 1 else next(
-            s for s in self.sources[phase_idx] if s.name == task.metadata["source"])
+        source = self._pick_source(phase_idx, rng)
+        task = source.sample(rng, phase=self.spec.phases[phase_idx].name, created_at=0.0, index=index)
         return task, source.demonstrate(task, rng)
 
     @cached_property
     def eval_sets(self) -> dict[str, list[Task]]:
-        """Held-out tasks per distinct phase name, from ``eval.seed`` (never from the run's seed)."""
+        """Held-out tasks per distinct phase name, from ``eval.seed`` (never from the run's seed);
+        a source with a held-out split (``sample_heldout``) serves them from that split."""
         sets: dict[str, list[Task]] = {}
         for i, phase in enumerate(self.spec.phases):
             if phase.name in sets:
                 continue
             rng = np.random.default_rng([self.spec.eval.seed, i])
             sets[phase.name] = [
-                self._sample_from(i, rng, created_at=0.0, index=900_000 + j)
+                self._sample_from(i, rng, created_at=0.0, index=900_000 + j, heldout=True)
                 for j in range(self.spec.eval.prompts_per_phase)
             ]
         return sets

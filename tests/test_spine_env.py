@@ -15,16 +15,19 @@ from sao_env.tasks.arithmetic import STYLES, render
 from sao_env.types import Task
 
 SAO_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("sao/"))
+NEEDS_DOCKER = {"sao/SWEBenchVerified-v0"}
+LOCAL_IDS = [env_id for env_id in SAO_IDS if env_id not in NEEDS_DOCKER]
 
-# Fixed actions, independent of the observations: every style form, garbage and the empty string.
-ACTIONS = ["\\boxed{7}", "The answer is 3.", "12", "#### 5", "<answer>9</answer>", "no idea", ""]
+# Fixed actions, independent of the observations: every style form, tool calls, edits, garbage, "".
+ACTIONS = ["\\boxed{7}", "<py>print(1+1)</py>", "The answer is 3.", "view README.md", "12", "#### 5",
+           "<answer>9</answer>", "no idea", "submit", ""]
 
 
 def test_registry_is_not_empty():
-    assert "sao/StyleDrift-v0" in SAO_IDS
+    assert {"sao/StyleDrift-v0", "sao/TopicDrift-v0", "sao/ToolDrift-v0", "sao/CodebaseDrift-v0"} <= set(SAO_IDS)
 
 
-@pytest.mark.parametrize("env_id", SAO_IDS)
+@pytest.mark.parametrize("env_id", LOCAL_IDS)
 def test_check_env(env_id):
     env = gym.make(env_id)
     try:
@@ -33,42 +36,57 @@ def test_check_env(env_id):
         env.close()
 
 
-def _rollout(env_id: str, seed: int, steps: int = 20):
-    """``steps`` single-turn episodes after one seeded reset; returns (observations, rewards, infos)."""
+def _rollout(env_id: str, seed: int, episodes: int = 8):
+    """``episodes`` episodes after one seeded reset, each played to its end with fixed actions;
+    returns (observations, rewards, infos)."""
     env = gym.make(env_id)
     observations, rewards, infos = [], [], []
     obs, info = env.reset(seed=seed)
-    for i in range(steps):
+    k = 0
+    for _ in range(episodes):
         observations.append(obs)
         infos.append(info)
-        obs, reward, terminated, truncated, info = env.step(ACTIONS[i % len(ACTIONS)])
-        assert terminated and not truncated
-        observations.append(obs)
-        rewards.append(reward)
-        infos.append(info)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(ACTIONS[k % len(ACTIONS)])
+            k += 1
+            done = terminated or truncated
+            observations.append(obs)
+            rewards.append(reward)
+            infos.append({key: v for key, v in info.items()})
         obs, info = env.reset()
     env.close()
     return observations, rewards, infos
 
 
-@pytest.mark.parametrize("env_id", SAO_IDS)
+@pytest.mark.parametrize("env_id", LOCAL_IDS)
 def test_same_seed_rollouts_are_identical(env_id):
     first = _rollout(env_id, seed=3)
     second = _rollout(env_id, seed=3)
     assert first[0] == second[0]
     assert first[1] == second[1]
     assert first[2] == second[2]  # tasks (frozen dataclasses), phases, grades, latencies, clock
-    # The seed matters: another seed serves other tasks and draws other latencies.
+    # The seed matters: another seed draws other latencies (and, where the stream varies, other tasks).
     other = _rollout(env_id, seed=4)
-    assert other[0] != first[0]
+    assert other[2] != first[2]
     # The env's own clock advances by each episode's latency (the drift happens in a plain loop).
     times = [info["time_s"] for info in first[2] if "time_s" in info]
     assert times[0] == 0.0 and all(b > a for a, b in zip(times, times[1:]))
 
 
-@pytest.mark.parametrize("env_id", SAO_IDS)
-def test_reset_with_task_replays_it(env_id):
-    env = gym.make(env_id)
+@pytest.mark.parametrize("env_id", sorted(NEEDS_DOCKER))
+def test_docker_envs_say_so_in_one_line_without_an_engine(env_id, monkeypatch):
+    from sao_env.errors import UserError
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(UserError, match="Docker") as err:
+        env = gym.make(env_id)
+        env.reset(seed=0)
+    assert "\n" not in str(err.value)
+
+
+def test_reset_with_task_replays_it():
+    env = gym.make("sao/StyleDrift-v0")
     _, info = env.reset(seed=0)
     task = info["task"]
     env.step("whatever")

@@ -56,7 +56,9 @@ def test_same_seed_runs_are_byte_identical(shrunk_run, shrunk_config, tmp_path):
 
 # -- admission control ----------------------------------------------------------------------------
 
-SYNC = ("agent.runtime.max_staleness=0", "agent.hparams.lr=3e-3")  # a large lr: the policy must move
+# A large lr: the policy must move; a longer last phase: synchronous updates wait for the slowest
+# episode of each batch, and the checks below need several of them.
+SYNC = ("agent.runtime.max_staleness=0", "agent.hparams.lr=3e-3", "env.phases.2.duration_h=0.02")
 
 
 @pytest.mark.parametrize("agent", ["sao", "grpo"])

@@ -1,9 +1,10 @@
-"""Single-turn text environments over a scenario's task stream (Gymnasium API).
+"""The single-turn task env, and the scenario env that Gymnasium users ``make``.
 
-``reset(seed=..., options={"task": task})`` shows a given task (so a learner can replay one prompt
-for group sampling); without a task, the env draws the next one from its scenario at its own
-simulated clock, which advances by each episode's simulated latency, so the drift happens in a
-plain ``gymnasium.make`` loop too. ``step(response)`` grades the response and ends the episode.
+``SingleTurnEnv`` plays a ``Task`` with ``env="text"``: one response, graded, done.
+``ScenarioEnv`` wraps a scenario's task stream: ``reset()`` draws the next task at the env's own
+simulated clock (which advances by each turn's simulated latency, so the drift happens in a plain
+``gymnasium.make`` loop too) or shows ``options={"task": task}``, then delegates to the task's own
+environment (single-turn or a multi-turn tool env, see ``sao_env.envs.base``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
+from sao_env.envs.base import TaskEnv, make_task_env
 from sao_env.graders import grade
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
@@ -26,21 +27,44 @@ def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) ->
     return Scenario(ScenarioSpec(**{**data, **(overrides or {})}))
 
 
-class ScenarioTextEnv(gym.Env):
-    """Text in, text out; reward in [0, 1] from the task's grader.
+def render_prompt(task: Task) -> str:
+    """The prompt as text: a string as is, chat messages as ``role: content`` lines."""
+    if isinstance(task.prompt, str):
+        return task.prompt
+    return "\n".join(f"{m['role']}: {m['content']}" for m in task.prompt)
 
-    info on reset: ``task``, ``phase``, ``time_s``. info on step: ``grade`` (the grader's details),
-    ``latency`` (``{"env_s": ...}``: simulated environment time of the turn), ``phase``.
+
+class SingleTurnEnv(TaskEnv):
+    """One response per task, graded by the task's grader; the only turn's latency is the grading's."""
+
+    def _start(self, task: Task) -> str:
+        self._response = None
+        return render_prompt(task)
+
+    def _act(self, action: str) -> tuple[str, bool, str | None]:
+        self._response = action
+        return "", True, None
+
+    def _grade(self) -> tuple[float, dict[str, Any]]:
+        result = grade(self.task, self._response)
+        return result.reward, dict(result.details)
+
+
+class ScenarioEnv(gym.Env):
+    """A scenario's drifting task stream as one Gymnasium env; reward in [0, 1] from the task's grader.
+
+    info on reset: ``task``, ``phase``, ``time_s``. info on step: the task env's (``grade`` at the
+    end, ``latency``, ``tool``) plus ``phase``.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, scenario: str | Scenario = "style-drift", max_length: int = 512):
+    def __init__(self, scenario: str | Scenario = "style-drift", max_length: int = 65536):
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.observation_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
         self.time_s = 0.0
-        self._task: Task | None = None
+        self._env: TaskEnv | None = None
         self._count = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -52,22 +76,24 @@ class ScenarioTextEnv(gym.Env):
         if task is None:
             task = self.scenario.next_task(self.time_s, self.np_random, index=self._count)
             self._count += 1
-        self._task = task
-        return self._observation(task), {"task": task, "phase": task.metadata.get("phase"), "time_s": self.time_s}
+        if self._env is not None:
+            self._env.close()
+        spec = self.scenario.spec
+        self._env = make_task_env(task, latency=spec.latency, max_turns=spec.max_turns)
+        observation, _ = self._env.reset(seed=int(self.np_random.integers(2**31)), options={"task": task})
+        return observation, {"task": task, "phase": task.metadata.get("phase"), "time_s": self.time_s}
 
     def step(self, action: str):
-        if self._task is None:
+        if self._env is None:
             raise RuntimeError("step() before reset()")
-        task, self._task = self._task, None
-        result = grade(task, action)
-        latency = self.scenario.spec.latency
-        env_s = float(latency.env_median_s * np.exp(latency.env_sigma * self.np_random.standard_normal()))
-        self.time_s += env_s
-        info = {"grade": dict(result.details), "latency": {"env_s": env_s}, "phase": task.metadata.get("phase")}
-        return "", float(result.reward), True, False, info
+        observation, reward, terminated, truncated, info = self._env.step(action)
+        self.time_s += info["latency"]["env_s"]
+        info = {**info, "phase": self._env.task.metadata.get("phase")}
+        if terminated or truncated:
+            self._env.close()
+        return observation, reward, terminated, truncated, info
 
-    @staticmethod
-    def _observation(task: Task) -> str:
-        if isinstance(task.prompt, str):
-            return task.prompt
-        return "\n".join(f"{m['role']}: {m['content']}" for m in task.prompt)
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None

@@ -17,6 +17,7 @@ GRADERS: dict[str, str] = {
     "style_match": "sao_env.graders.style:grade_style_match",
     "math": "sao_env.graders.math:grade_math",
     "swebench": "sao_env.benchmarks.swebench:grade_swebench",
+    "forge_tests": "sao_env.tasks.forge.grading:grade_forge",
 }
 
 

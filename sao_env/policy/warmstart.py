@@ -18,8 +18,10 @@ import torch
 from rich.progress import Progress
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from sao_env.envs.text_env import render_prompt
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.scenario import Scenario, WarmStartSpec
+from sao_env.types import Turn
 
 
 def cache_root() -> Path:
@@ -94,17 +96,38 @@ def supervised_warm_start(
 
 
 def _demonstration_batch(tokenizer, scenario: Scenario, rng: np.random.Generator, batch_size: int, step: int):
-    rows, prompt_lens = [], []
+    rows, label_masks = [], []
     for i in range(batch_size):
-        task, response = scenario.demonstration(rng, index=step * batch_size + i)
-        prompt_ids = tokenizer(task.prompt, add_special_tokens=False)["input_ids"]
-        response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append(prompt_ids + response_ids)
-        prompt_lens.append(len(prompt_ids))
+        task, demonstration = scenario.demonstration(rng, index=step * batch_size + i)
+        row, trained = demonstration_tokens(tokenizer, render_prompt(task), demonstration)
+        rows.append(row)
+        label_masks.append(trained)
     width = max(len(r) for r in rows)
     tokens = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((batch_size, width), -100, dtype=torch.long)
-    for i, (row, n_prompt) in enumerate(zip(rows, prompt_lens)):
+    for i, (row, trained) in enumerate(zip(rows, label_masks)):
         tokens[i, : len(row)] = torch.tensor(row)
-        labels[i, n_prompt : len(row)] = torch.tensor(row[n_prompt:])
+        labels[i, : len(row)] = torch.where(torch.tensor(trained), torch.tensor(row), torch.tensor(-100))
     return tokens, labels
+
+
+def demonstration_tokens(tokenizer, prompt: str, demonstration: str | list[Turn]) -> tuple[list[int], list[bool]]:
+    """The conversation's tokens as the rollout loop builds them, and which ones are trained on.
+
+    Each action is followed by EOS (how the policy ends a turn) and both are trained on; the
+    prompt and the observations between actions are context only. The last turn's observation is
+    dropped: the episode ends there.
+    """
+    turns = [Turn(demonstration)] if isinstance(demonstration, str) else list(demonstration)
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"] if text else []  # noqa: E731
+    row = encode(prompt)
+    trained = [False] * len(row)
+    for k, turn in enumerate(turns):
+        action = encode(turn.action) + [tokenizer.eos_token_id]
+        row += action
+        trained += [True] * len(action)
+        if k < len(turns) - 1:
+            observation = encode(turn.observation)
+            row += observation
+            trained += [False] * len(observation)
+    return row, trained

@@ -30,9 +30,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from sao_env.agents.base import Agent
-from sao_env.envs.text_env import ScenarioTextEnv
 from sao_env.errors import UserError
-from sao_env.policy.generate import sample
+from sao_env.runtime.rollout import play
 from sao_env.scenario import Scenario
 from sao_env.types import Episode
 
@@ -105,8 +104,7 @@ class SimRuntime:
         self.on_update, self.on_episode, self.on_eval = on_update, on_episode, on_eval
         self.task_rng = np.random.default_rng([seed, 1])
         self.sampler = torch.Generator().manual_seed(seed * 1_000_003 + 7)
-        self.env = ScenarioTextEnv(scenario)
-        self.env.reset(seed=seed)
+        self.env_rng = np.random.default_rng([seed, 2])
         self.state = RunState()
         self.free_slots = scenario.spec.rollout_slots
         if agent.group_size > self.free_slots:
@@ -169,41 +167,44 @@ class SimRuntime:
             self._start_request()
 
     def _start_request(self) -> None:
+        """Draw the next task and play its group to the end with the deployed weights.
+
+        Every turn of a multi-turn episode is generated with the weights deployed when the request
+        started, so each episode has one version; its simulated duration sums prefill (prompt and
+        observations), decode and the environment's turns.
+        """
         now, G = self.state.now, self.agent.group_size
         task = self.scenario.next_task(now, self.task_rng, index=self.state.started)
         self.state.started += 1
         request = _Request(id=next(self._ids), task=task, version=self.deployed_version, group=[None] * G, pending=G)
         self.running[request.id] = request
-        prompt_ids = self.tokenizer(task.prompt, add_special_tokens=False)["input_ids"]
         start = time.perf_counter()
-        samples = sample(self.deployed, [prompt_ids] * G, max_new_tokens=self.scenario.spec.max_new_tokens,
-                         eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id,
-                         generator=self.sampler, temperature=self.spec.temperature, top_p=self.spec.top_p)
+        rollouts = play(self.deployed, self.tokenizer, [task] * G, self.scenario.spec, generator=self.sampler,
+                        env_seeds=self.env_rng.integers(2**31, size=G).tolist(),
+                        temperature=self.spec.temperature, top_p=self.spec.top_p)
         self.wall["generate_s"] += time.perf_counter() - start
         latency = self.scenario.spec.latency
         version = self.deployed_version
-        for i, s in enumerate(samples):
-            response = self.tokenizer.decode(s.token_ids, skip_special_tokens=True)
-            self.env.reset(options={"task": task})
-            _, reward, _, _, info = self.env.step(response)
-            prefill_s = latency.prefill_s_per_token * len(prompt_ids)
-            decode_s = latency.decode_s_per_token * len(s.token_ids)
-            duration = prefill_s + decode_s + info["latency"]["env_s"]
-            n_prompt, n_act = len(prompt_ids), len(s.token_ids)
+        for i, r in enumerate(rollouts):
+            prefill_s = latency.prefill_s_per_token * r.prompt_tokens
+            decode_s = latency.decode_s_per_token * r.action_tokens
+            duration = prefill_s + decode_s + r.env_s
             episode = Episode(
                 task=task,
-                tokens_T=tuple(prompt_ids) + s.token_ids,
-                action_mask_T=(False,) * n_prompt + (True,) * n_act,
-                rollout_logp_T=(0.0,) * n_prompt + s.logps,
-                version_T=(-1,) * n_prompt + (version,) * n_act,
-                reward=reward,
-                response=response,
+                tokens_T=tuple(r.tokens_T),
+                action_mask_T=tuple(r.action_mask_T),
+                rollout_logp_T=tuple(r.logp_T),
+                version_T=tuple(version if m else -1 for m in r.action_mask_T),
+                reward=r.reward,
+                response=r.transcript,
                 group_id=request.id,
                 phase=str(task.metadata.get("phase")),
                 sim_start=now,
                 sim_end=now + duration,
-                latency={"prefill_s": prefill_s, "decode_s": decode_s, **info["latency"]},
-                grade_details=info["grade"],
+                latency={"prefill_s": prefill_s, "decode_s": decode_s, "env_s": r.env_s},
+                grade_details=r.grade,
+                turns=r.turns,
+                end=r.end,
             )
             self._push(episode.sim_end, "episode_done", (request, i, episode))
 
@@ -291,6 +292,7 @@ class SimRuntime:
             "async/in_flight": float(self.in_flight),
             "train/reward_mean": float(np.mean([e.reward for e in episodes])),
             "train/response_tokens": float(np.mean([e.num_action_tokens for e in episodes])),
+            "train/turns": float(np.mean([e.turns for e in episodes])),
             "perf/update_sim_s": cost,
         }
         self._push(self.state.now + cost, "update_done", record)

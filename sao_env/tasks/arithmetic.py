@@ -86,6 +86,7 @@ class StyledArithmetic:
     """Seeded generator of style-drift tasks; ``demonstrate`` writes a correct answer in a random listed style."""
 
     grader = "style_match"
+    Params = StyledArithmeticParams
 
     def __init__(self, params: StyledArithmeticParams, *, name: str = "styled_arithmetic"):
         if params.rewarded_style not in STYLES:

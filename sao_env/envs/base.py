@@ -1,0 +1,120 @@
+"""The task environment: one ``Task`` played over one or more turns, with the Gymnasium API.
+
+    env = make_task_env(task, latency=scenario.spec.latency, max_turns=8)
+    prompt, info = env.reset(seed=0, options={"task": task})
+    observation, reward, terminated, truncated, info = env.step(action)
+
+The conversation is the prompt, then alternately the policy's action and the environment's
+observation. ``step`` returns only the *new* text to append after the action (a tool's output,
+truncated with a marker), so the caller can mark those tokens as observations (``action_mask``
+False) for skip-observation GAE; it is ``""`` once the episode has ended. The reward is the
+task grader's verdict, paid on the final step. ``info`` on every step holds ``latency``
+(``{"env_s": simulated seconds of the turn}``) and ``tool`` (the tool called, or None); the final
+step adds ``grade`` (the grader's details). ``truncated`` means the turn limit ended the episode
+(it is still graded on its final state).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from sao_env.scenario import LatencySpec
+from sao_env.tasks.tokens import CHARSET
+from sao_env.types import Task
+
+TASK_ENVS: dict[str, str] = {
+    "text": "sao_env.envs.text_env:SingleTurnEnv",
+    "python_tool": "sao_env.envs.python_tool:PythonToolEnv",
+    "repo": "sao_env.envs.repo_env:RepoEnv",
+    "swebench": "sao_env.envs.swebench_env:SWEBenchEnv",
+}
+"""``Task.env`` -> ``"module:class"``, imported on first use (a tool's dependencies load only when used)."""
+
+TRUNCATION_MARKER = "\n[... {} characters truncated ...]\n"
+
+
+class TaskEnv(gym.Env):
+    """Base of every task environment: text spaces, the turn limit and the latency model.
+
+    Subclasses implement ``_start(task) -> prompt`` and ``_act(action) -> (observation, done, tool)``
+    and ``_grade() -> (reward, details)``; the base enforces the turn limit, samples each turn's
+    simulated latency and assembles the Gymnasium tuples.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, latency: LatencySpec | None = None, max_turns: int = 1, max_length: int = 65536,
+                 max_observation_chars: int = 2000):
+        self.latency = latency if latency is not None else LatencySpec()
+        self.max_turns = max_turns
+        self.max_observation_chars = max_observation_chars
+        self.observation_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+        self.task: Task | None = None
+        self.turns = 0
+        self._done = True
+
+    # -- what a subclass provides -----------------------------------------------------------
+    def _start(self, task: Task) -> str:
+        raise NotImplementedError
+
+    def _act(self, action: str) -> tuple[str, bool, str | None]:
+        """Apply one action: (observation, episode over, tool name or None)."""
+        raise NotImplementedError
+
+    def _grade(self) -> tuple[float, dict[str, Any]]:
+        raise NotImplementedError
+
+    # -- Gymnasium ----------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            raise ValueError(f"{type(self).__name__}.reset needs options={{'task': task}}")
+        self.task, self.turns, self._done = task, 0, False
+        return self._start(task), {"task": task}
+
+    def step(self, action: str):
+        if self._done:
+            raise RuntimeError("step() on a finished episode; call reset()")
+        self.turns += 1
+        observation, done, tool = self._act(action)
+        info: dict[str, Any] = {"tool": tool, "latency": {"env_s": self.sample_latency(tool)}, "turn": self.turns}
+        truncated = not done and self.turns >= self.max_turns
+        if done or truncated:
+            self._done = True
+            reward, details = self._grade()
+            info["grade"] = details
+            return "", float(reward), done, truncated, info
+        return self.truncate(observation), 0.0, False, False, info
+
+    # -- helpers --------------------------------------------------------------------------------
+    def sample_latency(self, tool: str | None) -> float:
+        """Log-normal simulated seconds of one turn: median ``tool_median_s[tool]`` (else ``env_median_s``)."""
+        median = self.latency.tool_median_s.get(tool or "", self.latency.env_median_s)
+        return float(median * np.exp(self.latency.env_sigma * self.np_random.standard_normal()))
+
+    def truncate(self, text: str) -> str:
+        """Keep the head and tail of a long observation, with a marker saying how much was cut."""
+        limit = self.max_observation_chars
+        if len(text) <= limit:
+            return text
+        head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
+        return head + TRUNCATION_MARKER.format(len(text) - len(head) - len(tail)) + tail
+
+
+def task_env_class(name: str) -> type[TaskEnv]:
+    if name not in TASK_ENVS:
+        raise ValueError(f"unknown task env {name!r}; known: {', '.join(sorted(TASK_ENVS))}")
+    module, cls = TASK_ENVS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_task_env(task: Task, *, latency: LatencySpec | None = None, max_turns: int = 1) -> TaskEnv:
+    """A fresh environment for ``task`` (episodes never share one: each has its own working copy)."""
+    return task_env_class(task.env)(latency=latency, max_turns=max_turns)
