@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar
@@ -331,7 +332,14 @@ LOADERS: dict[str, type[BenchmarkLoader]] = {
 }
 
 
+DATA_ENV_VAR = "SAO_ENV_DATA"
+"""A local folder of benchmark files used when no ``data`` is given (an offline mirror of the hub)."""
+
+
 def make_loader(suite: SuiteSpec | str, data: str | Path | None = None) -> BenchmarkLoader:
-    """The loader a suite names, reading ``data`` when given, else the hub/URL default."""
+    """The loader a suite names, reading ``data`` when given, else ``$SAO_ENV_DATA`` when set, else
+    the hub/URL default."""
     spec = suite if isinstance(suite, SuiteSpec) else load_suite(suite)
+    if data is None and os.environ.get(DATA_ENV_VAR):
+        data = os.environ[DATA_ENV_VAR]
     return LOADERS[spec.loader](data, suite=spec)

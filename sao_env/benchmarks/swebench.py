@@ -103,7 +103,7 @@ def require_full_rows(rows: Iterable[Mapping[str, Any]], *, source: str = "the d
             )
 
 
-def make_test_spec(row: Mapping[str, Any]):
+def make_test_spec(row: Mapping[str, Any], namespace: str | None = None):
     """swebench's full TestSpec for one row: image keys, environment/repo/eval scripts, the test lists.
 
     For repositories that install from a requirements file (django, ...) swebench fetches that file
@@ -113,7 +113,7 @@ def make_test_spec(row: Mapping[str, Any]):
     _, test_spec = _swebench()
     require_full_rows([row], source=f"row {row.get('instance_id', '?')}")
     try:
-        return test_spec.make_test_spec(dict(row))
+        return test_spec.make_test_spec(dict(row), namespace=namespace)
     except KeyError as err:
         raise UserError(f"swebench has no specs for {row.get('repo')} version {row.get('version')} ({err})") from err
     except OSError as err:  # requests' ConnectionError is an OSError
