@@ -77,6 +77,22 @@ def sao_env_cache(tmp_path_factory):
         os.environ["SAO_ENV_CACHE"] = previous
 
 
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""Real benchmark rows kept beside the checkout (never committed)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def local_benchmark_data():
+    """Serve benchmark streams from ``../shared/data`` (``$SAO_ENV_DATA``): no hub access in tests."""
+    previous = os.environ.get("SAO_ENV_DATA")
+    os.environ["SAO_ENV_DATA"] = str(SHARED_DATA)
+    yield SHARED_DATA
+    if previous is None:
+        os.environ.pop("SAO_ENV_DATA", None)
+    else:
+        os.environ["SAO_ENV_DATA"] = previous
+
+
 @pytest.fixture(scope="session", autouse=True)
 def restore_torch_threads():
     """run_experiment sets torch's thread count; put it back after the session."""

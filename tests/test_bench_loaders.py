@@ -171,6 +171,8 @@ def test_missing_required_column_is_named(tmp_path):
 def test_unreachable_hub_is_a_user_error(monkeypatch):
     import datasets
 
+    monkeypatch.delenv("SAO_ENV_DATA", raising=False)
+
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'ByteDance-Seed/BeyondAIME' on the Hub (LocalEntryNotFoundError)")
 
@@ -179,6 +181,14 @@ def test_unreachable_hub_is_a_user_error(monkeypatch):
         BeyondAIME().load()
     with pytest.raises(UserError, match="MathArena/hmmt_feb_2024"):
         make_loader("hmmt_feb_2024").load()
+
+
+def test_sao_env_data_is_the_default_local_mirror(monkeypatch, tmp_path):
+    monkeypatch.setenv("SAO_ENV_DATA", str(DATA))
+    assert [t.id for t in make_loader("beyond_aime").load()] == [t.id for t in make_loader("beyond_aime", DATA).load()]
+    monkeypatch.setenv("SAO_ENV_DATA", str(tmp_path))
+    with pytest.raises(UserError, match="no data file for suite beyond_aime"):
+        make_loader("beyond_aime").load()
 
 
 def test_unreachable_url_is_a_user_error(monkeypatch):

@@ -38,6 +38,20 @@ TASK_ENVS: dict[str, str] = {
 TRUNCATION_MARKER = "\n[... {} characters truncated ...]\n"
 
 
+class AnyText(spaces.Text):
+    """Text of any Unicode characters (benchmark problems are not ASCII); samples use ``CHARSET``
+    (printable ASCII and the newline: the tiny tokenizer's alphabet)."""
+
+    def __init__(self, max_length: int = 65536, *, seed: int | None = None):
+        super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"AnyText({self.max_length})"
+
+
 class TaskEnv(gym.Env):
     """Base of every task environment: text spaces, the turn limit and the latency model.
 
@@ -53,8 +67,8 @@ class TaskEnv(gym.Env):
         self.latency = latency if latency is not None else LatencySpec()
         self.max_turns = max_turns
         self.max_observation_chars = max_observation_chars
-        self.observation_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+        self.observation_space = AnyText(max_length)
+        self.action_space = AnyText(max_length)
         self.task: Task | None = None
         self.turns = 0
         self._done = True

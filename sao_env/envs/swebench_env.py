@@ -2,16 +2,18 @@
 
 The episode starts a container from the instance's SWE-bench image (``sweb.eval.x86_64.<id>``,
 pulled from the ``swebench`` namespace when missing) with the repository at ``/testbed`` on the
-base commit. The policy uses the coding command language (``sao_env.envs.commands``): ``view``,
-``edit``, ``diff``, ``run_tests`` and ``submit``. At the end the model patch is ``git diff`` of
-the working tree, the instance's evaluation script (swebench's, which restores the test files,
-applies the test patch and runs the tests between its markers) runs in the same container, and
-the log is graded by swebench's own parser and rule (``sao_env.benchmarks.swebench``): resolved
-when every FAIL_TO_PASS and PASS_TO_PASS test passes.
+base commit. The policy uses the coding command language of ``sao_env.envs.coding_tools`` with
+the same observations as ``RepoEnv``: ``view`` and ``edit`` read (and write back) the file in the
+container, ``diff`` runs ``git apply`` there, ``run_tests`` runs the instance's evaluation script,
+``submit`` ends. At the end the model patch is ``git diff`` of the working tree against the base
+commit, the evaluation script (swebench's: it restores the test files, applies the test patch and
+runs the tests between its markers) runs in the same container, and the log is graded by
+swebench's own parser and rule (``sao_env.benchmarks.swebench``): resolved when every FAIL_TO_PASS
+and PASS_TO_PASS test passes.
 
 Without a reachable Docker engine ``reset`` raises a one-line ``UserError`` that says so. The
-shell commands each tool runs (``tool_argv``) need no engine to build and are tested against a
-local git checkout in the bubblewrap sandbox.
+shell commands the tools run need no engine to build and are tested against a local git checkout
+in the bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -21,15 +23,22 @@ import shlex
 from typing import Any
 
 from sao_env.benchmarks.swebench import grade_swebench, instance_row, make_test_spec, require_docker
+from sao_env.envs import coding_tools as tools
 from sao_env.envs.base import TaskEnv
-from sao_env.envs.commands import Command, CommandError, parse_command, replace_line
 from sao_env.envs.text_env import render_prompt
 from sao_env.scenario import LatencySpec
 from sao_env.types import Task
 
 REPO_DIR = "/testbed"
-TOOL_HINT = ("\nCommands (one per turn): view PATH | edit PATH LINE + new lines | diff + unified diff | "
-             "run_tests | submit\n")
+TOOL_HINT = "\nCommands, one per turn: view PATH | edit PATH LINE + new text | diff + unified diff | run_tests | submit\n"
+
+
+def read_file_argv(path: str) -> list[str]:
+    return ["cat", "--", path]
+
+
+def list_files_argv() -> list[str]:
+    return ["git", "ls-files"]
 
 
 def write_file_argv(path: str, text: str) -> list[str]:
@@ -38,21 +47,18 @@ def write_file_argv(path: str, text: str) -> list[str]:
     return ["bash", "-c", f"echo {payload} | base64 -d > {shlex.quote(path)}"]
 
 
-def tool_argv(command: Command, *, eval_script: str = "") -> list[str]:
-    """The shell command a tool runs in the repository's root (not ``edit``: it is read, edit, write)."""
-    if command.name == "view":
-        return ["awk", '{printf "%d|%s\\n", NR, $0}', command.path]
-    if command.name == "diff":
-        payload = base64.b64encode(command.text.encode()).decode()
-        return ["bash", "-c", f"echo {payload} | base64 -d > /tmp/sao_model.diff && "
-                              "git apply --whitespace=nowarn /tmp/sao_model.diff && echo applied"]
-    if command.name == "run_tests":
-        return ["bash", "-c", eval_script]
-    raise ValueError(f"{command.name} runs no shell command of its own")
+def apply_diff_argv(patch: str) -> list[str]:
+    payload = base64.b64encode(patch.encode()).decode()
+    return ["bash", "-c", f"echo {payload} | base64 -d > /tmp/sao_model.diff && "
+                          "git apply --whitespace=nowarn /tmp/sao_model.diff"]
 
 
-def summarize_test_output(log: str, limit: int = 1500) -> str:
-    """The tail of a test run, where pytest and friends put their summary."""
+def run_script_argv(script: str) -> list[str]:
+    return ["bash", "-c", script]
+
+
+def tail(log: str, limit: int = 1500) -> str:
+    """The end of a test run, where pytest and friends put their summary."""
     return log if len(log) <= limit else "...\n" + log[-limit:]
 
 
@@ -73,8 +79,7 @@ class SWEBenchEnv(TaskEnv):
         from sao_env.sandbox import DockerExecutor
 
         self.close()
-        row = instance_row(task)
-        self.test_spec = make_test_spec(row, namespace=self.namespace)
+        self.test_spec = make_test_spec(instance_row(task), namespace=self.namespace)
         image = self.test_spec.instance_image_key
         self.executor = DockerExecutor(image)
         client = self.executor._client
@@ -90,36 +95,47 @@ class SWEBenchEnv(TaskEnv):
         return self.executor.exec_in(self.container, argv, timeout_s=timeout_s or self.command_timeout_s,
                                      workdir=REPO_DIR)
 
+    def _read(self, path: str) -> dict[str, str]:
+        """``{path: text}`` when the file exists in the container, else ``{}`` (the tools then say so)."""
+        result = self._exec(read_file_argv(path))
+        return {path: result.stdout} if result.ok else {}
+
     def _act(self, action: str) -> tuple[str, bool, str | None]:
-        try:
-            command = parse_command(action)
-        except CommandError as err:
-            return str(err) + "\n", False, None
-        if command.name == "submit":
+        command, header, text = tools.parse(action)
+        if command == "submit":
             return "", True, "submit"
-        if command.name == "edit":
-            current = self._exec(["cat", command.path])
-            if not current.ok:
-                return f"error: cannot read {command.path}\n", False, "edit"
-            try:
-                updated = replace_line(current.stdout, command.line, command.text)
-            except CommandError as err:
-                return str(err) + "\n", False, "edit"
-            result = self._exec(write_file_argv(command.path, updated))
-            return ("edited\n" if result.ok else f"error: {result.stderr.strip()[-300:]}\n"), False, "edit"
-        timeout = self.test_timeout_s if command.name == "run_tests" else None
-        result = self._exec(tool_argv(command, eval_script=self.test_spec.eval_script), timeout)
-        output = result.stdout + (result.stderr if not result.ok else "")
-        if result.reason:
-            output += f"\n[{result.reason}]"
-        if command.name == "run_tests":
-            output = summarize_test_output(output)
-        return output + "\n", False, command.name
+        if command == "view":
+            path = tools.clean_path(header)
+            files = self._read(path) if path else dict.fromkeys(self._exec(list_files_argv()).stdout.split(), "")
+            return tools.printable(tools.view(files, path)), False, "view"
+        if command == "edit":
+            words = header.split()
+            files = self._read(tools.clean_path(words[0])) if words else {}
+            updated, observation = tools.edit(files, header, text)
+            if updated is not None:
+                (path, new_text), = updated.items()
+                written = self._exec(write_file_argv(path, new_text))
+                if not written.ok:
+                    observation = f"error: cannot write {path}: {written.stderr.strip()[-200:]}\n"
+            return tools.printable(observation), False, "edit"
+        if command == "diff":
+            patch = action.lstrip("\n ") if header.startswith("--git") else (text or "")
+            if not patch.strip():
+                return "error: diff needs a unified diff after a newline\n", False, "diff"
+            result = self._exec(apply_diff_argv(patch if patch.endswith("\n") else patch + "\n"))
+            observation = "ok: patched\n" if result.ok else f"error: patch did not apply: {result.stderr.strip()[-300:]}\n"
+            return tools.printable(observation), False, "diff"
+        if command == "run_tests":
+            result = self._exec(run_script_argv(self.test_spec.eval_script), self.test_timeout_s)
+            output = result.stdout + (f"\n[{result.reason}]" if result.reason else "")
+            return tools.printable(tail(output)) + "\n", False, "run_tests"
+        shown = tools.printable(command[:40])
+        return f"error: unknown command '{shown}'; {tools.USAGE}\n", False, None
 
     def _grade(self) -> tuple[float, dict[str, Any]]:
         base = instance_row(self.task)["base_commit"]
         patch = self._exec(["git", "-c", "core.fileMode=false", "diff", base]).stdout
-        log = self._exec(tool_argv(Command("run_tests"), eval_script=self.test_spec.eval_script), self.test_timeout_s)
+        log = self._exec(run_script_argv(self.test_spec.eval_script), self.test_timeout_s)
         result = grade_swebench(self.task, log.stdout, model_patch=patch or None)
         return result.reward, {**result.details, "model_patch": patch}
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
-from sao_env.envs.base import TaskEnv, make_task_env
+from sao_env.envs.base import AnyText, TaskEnv, make_task_env
 from sao_env.graders import grade
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
-from sao_env.tasks.tokens import CHARSET
 from sao_env.types import Task
 
 
@@ -61,8 +59,8 @@ class ScenarioEnv(gym.Env):
 
     def __init__(self, scenario: str | Scenario = "style-drift", max_length: int = 65536):
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-        self.observation_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+        self.observation_space = AnyText(max_length)
+        self.action_space = AnyText(max_length)
         self.time_s = 0.0
         self._env: TaskEnv | None = None
         self._count = 0

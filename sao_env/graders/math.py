@@ -402,7 +402,8 @@ def grade_math_batch(
     """Grade ``(task or gold answer, response)`` pairs in parallel; one GradeResult per pair, in order.
 
     ``details``: ``extracted`` (None when nothing was found), ``extraction`` (how), ``gold``,
-    ``verdict`` (``correct``/``wrong``), ``reason``, ``grader`` (``math-verify``), ``seconds``.
+    ``verdict`` (``correct``/``wrong``), ``reason``, ``grader`` (``math-verify``); no wall-clock
+    figure, so that a run's episode log stays byte-identical for its seed.
     """
     items = [(gold_answer(task), response) for task, response in pairs]
     extracted = [extract_answer(response) for _, response in items]
@@ -419,7 +420,6 @@ def grade_math_batch(
             "verdict": "correct" if verdict.correct else "wrong",
             "reason": verdict.reason,
             "grader": GRADER_NAME,
-            "seconds": round(verdict.seconds, 4),
         }
         results.append(GradeResult(reward=1.0 if verdict.correct else 0.0, details=details))
     return results

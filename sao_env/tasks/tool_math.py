@@ -1,0 +1,144 @@
+"""Arithmetic that pays to do with a Python tool, whose interface drifts between versions.
+
+The SAO paper (arXiv 2607.07508) trains tool-integrated reasoning: the policy may run code and
+read its output before it answers. Here the problems are products and sums of multi-digit
+numbers (``123*456``), which a tiny character-level model cannot compute unaided but can
+delegate in one short call: ``<py>print(mul(123, 456))</py>`` is answered by ``<out>56088</out>``,
+and the policy copies the number into ``\\boxed{56088}``.
+
+The tool module preloaded into every call has an API version (param ``api``); the prompt carries
+only a fixed hint (``python tool: <py>code</py>``), never the function names, so the policy must
+learn the interface from reward and relearn it when it drifts:
+
+- ``v1``: ``add(a, b)``, ``sub(a, b)``, ``mul(a, b)`` return the number;
+- ``v2``: renamed: ``plus(a, b)``, ``minus(a, b)``, ``times(a, b)`` (a v1 call: ``NameError``);
+- ``v3``: v1's names, but one list argument and a labelled string: ``mul([a, b])`` returns
+  ``"result=56088"`` (a v1 call: ``TypeError``).
+
+``sao_env.envs.python_tool.PythonToolEnv`` plays these tasks (docs/math-envs.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sao_env.types import Task, Turn
+
+OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+TOOL_HINT = "python tool: <py>code</py>"
+"""The only description of the tool the policy sees, the same for every API version."""
+
+
+@dataclass(frozen=True)
+class ToolAPI:
+    """One version of the preloaded tool module.
+
+    ``functions`` maps each operation to the function that computes it; ``list_argument`` means the
+    function takes one list ``[a, b]`` instead of two numbers; ``output_format`` renders its result
+    (``{}`` is the number), e.g. ``"result={}"``.
+    """
+
+    version: str
+    functions: dict[str, str]
+    list_argument: bool = False
+    output_format: str = "{}"
+
+    def module_source(self) -> str:
+        """The ``tools.py`` written next to each call's code (``from tools import *``)."""
+        names = sorted(self.functions.values())
+        lines = [f'"""Tool API {self.version}."""', "", f"__all__ = {names!r}", ""]
+        for op, function in sorted(self.functions.items(), key=lambda item: item[1]):
+            parameters, expression = ("xs", f"xs[0] {op} xs[1]") if self.list_argument else ("a, b", f"a {op} b")
+            result = expression if self.output_format == "{}" else f"{self.output_format!r}.format({expression})"
+            lines += ["", f"def {function}({parameters}):", f"    return {result}", ""]
+        return "\n".join(lines)
+
+    def call(self, op: str, a: int, b: int) -> str:
+        """Python source of the call that computes ``a op b`` with this version's tool."""
+        arguments = f"[{a}, {b}]" if self.list_argument else f"{a}, {b}"
+        return f"{self.functions[op]}({arguments})"
+
+    def printed(self, value: int) -> str:
+        """What ``print(call)`` writes for result ``value`` (without the newline)."""
+        return self.output_format.format(value)
+
+
+TOOL_APIS: dict[str, ToolAPI] = {
+    "v1": ToolAPI("v1", {"+": "add", "-": "sub", "*": "mul"}),
+    "v2": ToolAPI("v2", {"+": "plus", "-": "minus", "*": "times"}),
+    "v3": ToolAPI("v3", {"+": "add", "-": "sub", "*": "mul"}, list_argument=True, output_format="result={}"),
+}
+"""API version -> the tool module it preloads."""
+
+
+def tool_call_action(code: str) -> str:
+    """A policy action that runs ``code`` with the tool."""
+    return f"<py>{code}</py>"
+
+
+def tool_observation(output: str) -> str:
+    """How the environment wraps a tool call's output (or error line) for the policy."""
+    return f"<out>{output}</out>\n"
+
+
+class ToolArithmeticParams(BaseModel):
+    """One phase's tool-arithmetic source: operand size, operations and the tool's API version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    digits: int = Field(3, ge=1, le=6)
+    """Both operands have exactly this many digits (3: the tool pays for a tiny model)."""
+    operations: list[str] = ["*", "+"]
+    """Operations drawn uniformly: any of + - *."""
+    api: Literal["v1", "v2", "v3"] = "v1"
+    """Tool API version preloaded in the sandbox (the drift knob; see ``TOOL_APIS``)."""
+
+    @field_validator("operations")
+    @classmethod
+    def _known_operations(cls, ops: list[str]) -> list[str]:
+        unknown = sorted(set(ops) - set(OPERATIONS))
+        if unknown or not ops:
+            raise ValueError(f"operations must be a non-empty subset of {sorted(OPERATIONS)}, got {ops}")
+        return ops
+
+
+class ToolArithmeticSource:
+    """Seeded arithmetic tasks for ``PythonToolEnv``; ``demonstrate`` calls the tool once, then answers."""
+
+    grader = "math"
+    env = "python_tool"
+    Params = ToolArithmeticParams
+
+    def __init__(self, params: ToolArithmeticParams, *, name: str = "tool_arithmetic"):
+        self.params = params
+        self.name = name
+
+    def sample(self, rng: np.random.Generator, *, phase: str, created_at: float, index: int) -> Task:
+        p = self.params
+        low, high = 10 ** (p.digits - 1), 10**p.digits
+        a, b = int(rng.integers(low, high)), int(rng.integers(low, high))
+        op = p.operations[int(rng.integers(len(p.operations)))]
+        answer = OPERATIONS[op](a, b)
+        return Task(
+            id=f"{self.name}-{phase}-{index:06d}",
+            prompt=f"{a}{op}{b}=? ({TOOL_HINT})\n",
+            reference={"answer": str(answer), "api": p.api, "operands": [a, b], "op": op},
+            grader=self.grader,
+            metadata={"source": self.name, "phase": phase, "created_at": created_at, "api": p.api,
+                      "difficulty": {"digits": p.digits, "operations": list(p.operations)}},
+            env=self.env,
+        )
+
+    @staticmethod
+    def demonstrate(task: Task, rng: np.random.Generator) -> list[Turn]:
+        """One tool call with the task's API version, its exact observation, then ``\\boxed{answer}``."""
+        api = TOOL_APIS[task.reference["api"]]
+        a, b = task.reference["operands"]
+        value = int(task.reference["answer"])
+        call = tool_call_action(f"print({api.call(task.reference['op'], a, b)})")
+        return [Turn(call, tool_observation(api.printed(value))), Turn(f"\\boxed{{{value}}}")]
