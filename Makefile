@@ -38,6 +38,7 @@ bench: $(TESTS)
 	$(BIN)/python bench/bench_grading.py
 	$(BIN)/python bench/bench_runtime.py
 	$(BIN)/python bench/bench_sandbox.py
+	$(BIN)/python bench/bench_coding.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -124,3 +124,30 @@ def shrunk_run(tmp_path_factory, sao_env_cache):
         return done[key]
 
     return run
+
+
+SCENARIO_SHRINK: dict[str, tuple[str, ...]] = {
+    "topic-drift": (
+        "env.warm_start.steps=150", "env.warm_start.batch_size=16",
+        *(f"env.phases.{i}.duration_h=0.008" for i in range(4)), "env.phases.2.transition_h=0.004",
+        "env.eval.interval_h=0.008", "env.eval.prompts_per_phase=6",
+    ),
+    "tool-drift": (
+        "env.warm_start.steps=150", "env.warm_start.batch_size=16",
+        *(f"env.phases.{i}.duration_h=0.008" for i in range(3)),
+        "env.eval.interval_h=0.008", "env.eval.prompts_per_phase=6",
+    ),
+    "codebase-drift": (
+        "env.warm_start.steps=80", "env.warm_start.batch_size=8",
+        *(f"env.phases.{i}.duration_h=0.03" for i in range(3)),
+        "env.eval.interval_h=0.03", "env.eval.prompts_per_phase=4",
+    ),
+}
+"""Overrides that cut the multi-turn and topic scenarios to a few simulated minutes with a short
+warm start: enough for the runtime, the envs and the learner to run end to end (not to learn)."""
+
+
+def scenario_config(env: str, agent: str, seed: int = 0, extra: tuple[str, ...] = ()):
+    from sao_env.experiment import resolve_config
+
+    return resolve_config(env, agent, seed, [*SCENARIO_SHRINK[env], *shrink_overrides(agent)[len(SHRINK):], *extra])
