@@ -3,15 +3,22 @@
 The warm start's layout (``demonstration_tokens``) is checked against a case written by hand; the
 rollout loop (``play``) is checked on the real Python-tool env with a warm-started policy: tokens
 alternate action / observation exactly as the env answered, observations carry no log-prob and no
-version, and the critic's skip-observation GAE sees only action positions.
+version, and the turn and context limits end episodes.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
+from conftest import scenario_config
+from sao_env.envs.base import make_task_env
+from sao_env.envs.text_env import render_prompt
 from sao_env.policy.tokenizer import build_char_tokenizer
-from sao_env.policy.warmstart import demonstration_tokens
+from sao_env.policy.warmstart import demonstration_tokens, load_warm_started
+from sao_env.runtime.rollout import play
+from sao_env.scenario import Scenario
 from sao_env.types import Turn
 
 
@@ -33,3 +40,71 @@ def test_a_single_turn_demonstration_is_one_action(tokenizer):
     as_turn = demonstration_tokens(tokenizer, "ab", [Turn("xy")])
     assert as_text == as_turn
     assert as_text[1] == [False, False, True, True, True]
+
+
+# -- the rollout loop on the real Python-tool env -------------------------------------------------
+
+def _segments(mask):
+    """[(is_action, start, end)] runs of equal mask values."""
+    runs, start = [], 0
+    for t in range(1, len(mask) + 1):
+        if t == len(mask) or mask[t] != mask[start]:
+            runs.append((mask[start], start, t))
+            start = t
+    return runs
+
+
+@pytest.fixture(scope="module")
+def played():
+    config = scenario_config("tool-drift", "sao")
+    scenario = Scenario(config.env)
+    policy, tok, _ = load_warm_started(config.agent.model, scenario, show_progress=False)
+    tasks = [scenario.next_task(t * 3600, np.random.default_rng(i), index=i) for i, t in enumerate([0, 0.01, 0.02] * 2)]
+    rollouts = play(policy, tok, tasks, scenario.spec, generator=torch.Generator().manual_seed(0),
+                    env_seeds=list(range(len(tasks))))
+    return scenario, policy, tok, rollouts
+
+
+def test_play_alternates_actions_and_the_envs_own_observations(played):
+    scenario, _, tok, rollouts = played
+    assert any(r.turns >= 2 for r in rollouts), "no episode called the tool: the check below would be vacuous"
+    for r in rollouts:
+        prompt_ids = tok(render_prompt(r.task), add_special_tokens=False)["input_ids"]
+        assert r.tokens_T[: len(prompt_ids)] == prompt_ids
+        runs = _segments(r.action_mask_T)
+        assert runs[0][0] is False and runs[0][2] == len(prompt_ids)
+        actions = [tok.decode(r.tokens_T[a:b], skip_special_tokens=True) for is_action, a, b in runs if is_action]
+        observations = [tok.decode(r.tokens_T[a:b]) for is_action, a, b in runs[1:] if not is_action]
+        assert len(actions) == r.turns and len(observations) in (r.turns - 1, r.turns)
+        # Replaying the actions in a fresh env gives exactly the observations in the stream.
+        env = make_task_env(r.task, latency=scenario.spec.latency, max_turns=scenario.spec.max_turns)
+        env.reset(seed=0, options={"task": r.task})
+        replayed = [env.step(action)[0] for action in actions]
+        env.close()
+        assert [o for o in replayed if o] == observations
+        assert all(lp == 0.0 for lp, m in zip(r.logp_T, r.action_mask_T) if not m)
+        assert all(lp <= 0.0 for lp, m in zip(r.logp_T, r.action_mask_T) if m)
+        assert r.transcript == "".join(tok.decode(r.tokens_T[a:b], skip_special_tokens=True) for _, a, b in runs[1:])
+        assert r.prompt_tokens + r.action_tokens == len(r.tokens_T)
+
+
+def test_turn_limit_and_context_limit_end_episodes(played):
+    scenario, policy, tok, rollouts = played
+    tasks = [r.task for r in rollouts]
+    one_turn = play(policy, tok, tasks, scenario.spec.model_copy(update={"max_turns": 1}),
+                    generator=torch.Generator().manual_seed(0), env_seeds=list(range(len(tasks))))
+    assert all(r.turns == 1 for r in one_turn)
+    assert all(r.end == "turn-limit" for r in one_turn if "<py>" in r.transcript)
+    tight = scenario.spec.model_copy(update={"max_context_tokens": 60})
+    short = play(policy, tok, tasks, tight, generator=torch.Generator().manual_seed(0), env_seeds=list(range(len(tasks))))
+    assert all(len(r.tokens_T) <= 60 for r in short)
+    assert any(r.end == "context-limit" and r.reward == 0.0 for r in short)
+
+
+def test_a_prompt_longer_than_the_context_is_a_user_error(played):
+    from sao_env.errors import UserError
+
+    scenario, policy, tok, rollouts = played
+    with pytest.raises(UserError, match="raise env.max_context_tokens"):
+        play(policy, tok, [rollouts[0].task], scenario.spec.model_copy(update={"max_context_tokens": 5}),
+             generator=torch.Generator().manual_seed(0), env_seeds=[0])

@@ -6,7 +6,8 @@ multi-turn tasks alike. Each turn, every unfinished episode generates up to ``ma
 the observation that comes back is appended as non-policy tokens (``action_mask`` False, log-prob
 0), which is what skip-observation GAE needs (SAO, arXiv 2607.07508, Sec. 3.2). An episode ends
 when its environment says so (an answer, a submit, the turn limit) or when its conversation would
-outgrow ``max_context_tokens`` (reward 0, reason ``context-limit``).
+outgrow ``max_context_tokens`` (reward 0, reason ``context-limit``); an action is cut where the
+conversation reaches that limit, as if generation had stopped there.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.envs.base import make_task_env
+from sao_env.errors import UserError
 from sao_env.policy.generate import sample
 from sao_env.scenario import ScenarioSpec
 from sao_env.types import Task
@@ -80,6 +82,9 @@ def play(
     for env, task, rollout, seed in zip(envs, tasks, rollouts, env_seeds):
         prompt, _ = env.reset(seed=int(seed), options={"task": task})
         rollout._observe(_encode(tokenizer, prompt), "")
+        if len(rollout.tokens_T) >= spec.max_context_tokens:
+            raise UserError(f"task {task.id}: its prompt has {len(rollout.tokens_T)} tokens, no fewer than "
+                            f"max_context_tokens={spec.max_context_tokens}; raise env.max_context_tokens")
     active = list(range(len(tasks)))
     try:
         while active:
@@ -89,8 +94,10 @@ def play(
             still_active = []
             for i, s in zip(active, samples):
                 rollout, env = rollouts[i], envs[i]
-                action = tokenizer.decode(s.token_ids, skip_special_tokens=True)
-                rollout._act(s.token_ids, s.logps, action)
+                room = spec.max_context_tokens - len(rollout.tokens_T)
+                token_ids, logps = s.token_ids[:room], s.logps[:room]
+                action = tokenizer.decode(token_ids, skip_special_tokens=True)
+                rollout._act(token_ids, logps, action)
                 observation, reward, terminated, truncated, info = env.step(action)
                 rollout.turns += 1
                 rollout.env_s += info["latency"]["env_s"]
@@ -100,7 +107,7 @@ def play(
                     rollout.end = "done" if terminated else "turn-limit"
                     continue
                 ids = _encode(tokenizer, observation)
-                if len(rollout.tokens_T) + len(ids) + spec.max_new_tokens > spec.max_context_tokens:
+                if len(rollout.tokens_T) + len(ids) >= spec.max_context_tokens:
                     rollout.reward, rollout.end = 0.0, "context-limit"
                     rollout.grade = {"reason": "context-limit"}
                     continue
