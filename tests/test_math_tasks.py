@@ -361,3 +361,42 @@ def test_missing_data_and_unknown_suites_are_user_errors(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="cannot reach the Hugging Face hub") as caught:
         build_source("benchmark", {"suite": "hmmt_feb_2024"})
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("scenario_name", ["topic-drift", "benchmark-stream"])
+def test_grader_agrees_with_the_reference_on_every_held_out_problem(scenario_name):
+    from sao_env.envs.text_env import load_scenario
+
+    scenario = load_scenario(scenario_name)
+    tasks = [t for tasks in scenario.eval_sets.values() for t in tasks]
+    results = grade_math_batch([(t, f"\\boxed{{{t.reference['answer']}}}") for t in tasks])
+    disagree = [(t.id, t.reference["answer"]) for t, r in zip(tasks, results) if r.reward != 1.0]
+    assert not disagree, disagree
+
+
+def test_benchmark_stream_run_never_evaluates_on_training_problems(tmp_path):
+    import json
+
+    from sao_env.experiment import resolve_config, run_experiment
+
+    overrides = ["env.warm_start.steps=0", "env.max_new_tokens=4", "env.eval.prompts_per_phase=2",
+                 "env.eval.interval_h=1", *(f"env.phases.{i}.duration_h=0.002" for i in range(6))]
+    config = resolve_config("benchmark-stream", "grpo", 0, overrides)
+    run_experiment(config, tmp_path, show_progress=False, save_checkpoint=False)
+    splits = json.loads((tmp_path / "splits.json").read_text())
+    assert len(splits) == 6
+    for manifest in splits.values():
+        assert manifest["train_ids"] and manifest["heldout_ids"]
+        assert not set(manifest["train_ids"]) & set(manifest["heldout_ids"])
+    by_phase = {}
+    for line in (tmp_path / "episodes.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        by_phase.setdefault(episode["phase"], set()).add(episode["task"])
+    assert by_phase
+    from sao_env.scenario import Scenario
+
+    eval_sets = Scenario(config.env).eval_sets
+    for key, manifest in splits.items():
+        phase = key.split("/")[0]
+        assert by_phase.get(phase, set()) <= set(manifest["train_ids"])
+        assert {t.id for t in eval_sets[phase]} <= set(manifest["heldout_ids"])
