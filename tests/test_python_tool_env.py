@@ -53,33 +53,40 @@ def test_tasks_carry_the_api_and_the_prompt_only_the_fixed_hint():
 
 def test_demonstrations_are_short_and_shaped():
     task = tool_tasks("v1", count=1)[0]
-    turns = ToolArithmeticSource.demonstrate(task, np.random.default_rng(0))
+    turns = build_source("tool_arithmetic", {"retry_share": 0.0}).demonstrate(task, np.random.default_rng(0))
     assert all(isinstance(t, Turn) for t in turns) and len(turns) == 2
     assert turns[0].action.startswith("<py>print(")
     assert turns[0].observation == f"<out>{task.reference['answer']}</out>\n"
     assert turns[1] == Turn(f"\\boxed{{{task.reference['answer']}}}")
     for api in TOOL_APIS:
         for t in tool_tasks(api, count=10, operations=["+", "-", "*"]):
-            assert all(len(turn.action) <= 40 for turn in ToolArithmeticSource.demonstrate(t, None))
+            source = build_source("tool_arithmetic", {"api": api, "retry_share": 1.0})
+            assert all(len(turn.action) <= 40 for turn in source.demonstrate(t, np.random.default_rng(0)))
 
 
 # ----------------------------------------------------------------------------- the environment
 
 
+@pytest.mark.parametrize("retry_share", [0.0, 1.0])
 @pytest.mark.parametrize("api", sorted(TOOL_APIS))
-def test_demonstration_replay_reproduces_the_observations_and_earns_reward(api):
-    for task in tool_tasks(api, count=3, seed=1, operations=["+", "-", "*"]):
+def test_demonstration_replay_reproduces_the_observations_and_earns_reward(api, retry_share):
+    source = build_source("tool_arithmetic", {"api": api, "retry_share": retry_share})
+    rng = np.random.default_rng(0)
+    for task in tool_tasks(api, count=4, seed=1, operations=["+", "-", "*"]):
         env = make_task_env(task, max_turns=4)
         assert isinstance(env, PythonToolEnv)
         env.reset(seed=0, options={"task": task})
-        turns = ToolArithmeticSource.demonstrate(task, np.random.default_rng(0))
+        turns = source.demonstrate(task, rng)
+        assert len(turns) == (3 if retry_share else 2)
+        if retry_share:
+            assert "Error: " in turns[0].observation
         for turn in turns[:-1]:
             observation, reward, terminated, truncated, info = env.step(turn.action)
             assert observation == turn.observation
             assert (reward, terminated, truncated, info["tool"]) == (0.0, False, False, "python")
         observation, reward, terminated, truncated, info = env.step(turns[-1].action)
         assert (observation, reward, terminated, truncated, info["tool"]) == ("", 1.0, True, False, "answer")
-        assert info["grade"]["verdict"] == "correct" and info["grade"]["tool_calls"] == 1
+        assert info["grade"]["verdict"] == "correct" and info["grade"]["tool_calls"] == len(turns) - 1
         assert info["grade"]["api"] == api
 
 

@@ -21,6 +21,7 @@ learn the interface from reward and relearn it when it drifts:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -76,6 +77,19 @@ TOOL_APIS: dict[str, ToolAPI] = {
 """API version -> the tool module it preloads."""
 
 
+@lru_cache(maxsize=None)
+def wrong_call_output(api_version: str, wrong_version: str, op: str) -> str:
+    """What the sandboxed tool answers when a task of ``api_version`` is called the way
+    ``wrong_version`` would call it: the interpreter's error line (with its suggestions, e.g.
+    ``Did you mean: 'sum'?``). It depends on the function and the argument shape, not on the
+    operands, so it is run once per combination, for real, in the sandbox."""
+    from sao_env.envs.python_tool import PythonToolEnv
+
+    env = PythonToolEnv()
+    env.api = api_version
+    return env.run_tool(f"print({TOOL_APIS[wrong_version].call(op, 1, 2)})")
+
+
 def tool_call_action(code: str) -> str:
     """A policy action that runs ``code`` with the tool."""
     return f"<py>{code}</py>"
@@ -97,6 +111,10 @@ class ToolArithmeticParams(BaseModel):
     """Operations drawn uniformly: any of + - *."""
     api: Literal["v1", "v2", "v3"] = "v1"
     """Tool API version preloaded in the sandbox (the drift knob; see ``TOOL_APIS``)."""
+    retry_share: float = Field(0.5, ge=0, le=1)
+    """Share of demonstrations that first call the tool the way another API version would, read
+    the error, then call it right: the warm start then knows how to recover from a failed call,
+    so that after a drift RL has a correct behaviour to reinforce (the prompt never names the API)."""
 
     @field_validator("operations")
     @classmethod
@@ -134,11 +152,18 @@ class ToolArithmeticSource:
             env=self.env,
         )
 
-    @staticmethod
-    def demonstrate(task: Task, rng: np.random.Generator) -> list[Turn]:
-        """One tool call with the task's API version, its exact observation, then ``\\boxed{answer}``."""
+    def demonstrate(self, task: Task, rng: np.random.Generator | None) -> list[Turn]:
+        """A tool call with the task's API version, its exact observation, then ``\\boxed{answer}``;
+        with probability ``retry_share`` (``rng`` given) preceded by a call in another version's
+        style and the error it gets."""
         api = TOOL_APIS[task.reference["api"]]
-        a, b = task.reference["operands"]
+        op, (a, b) = task.reference["op"], task.reference["operands"]
         value = int(task.reference["answer"])
-        call = tool_call_action(f"print({api.call(task.reference['op'], a, b)})")
-        return [Turn(call, tool_observation(api.printed(value))), Turn(f"\\boxed{{{value}}}")]
+        turns = []
+        if rng is not None and rng.random() < self.params.retry_share:
+            others = [v for v in TOOL_APIS if v != api.version]
+            wrong = TOOL_APIS[others[int(rng.integers(len(others)))]]
+            output = wrong_call_output(api.version, wrong.version, op)
+            turns.append(Turn(tool_call_action(f"print({wrong.call(op, a, b)})"), tool_observation(output)))
+        call = tool_call_action(f"print({api.call(op, a, b)})")
+        return [*turns, Turn(call, tool_observation(api.printed(value))), Turn(f"\\boxed{{{value}}}")]
