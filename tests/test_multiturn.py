@@ -108,3 +108,21 @@ def test_a_prompt_longer_than_the_context_is_a_user_error(played):
     with pytest.raises(UserError, match="raise env.max_context_tokens"):
         play(policy, tok, [rollouts[0].task], scenario.spec.model_copy(update={"max_context_tokens": 5}),
              generator=torch.Generator().manual_seed(0), env_seeds=[0])
+
+
+def test_warm_start_key_sees_default_parameters_and_weights():
+    from sao_env.envs.text_env import load_scenario
+    from sao_env.policy.model import ModelSpec
+    from sao_env.policy.warmstart import warm_start_key
+
+    base = load_scenario("tool-drift")
+    key = warm_start_key(ModelSpec(), base, base.spec.warm_start)
+    same = load_scenario("tool-drift")
+    assert warm_start_key(ModelSpec(), same, same.spec.warm_start) == key
+    phases = [p.model_dump() for p in base.spec.phases]
+    phases[0]["sources"][0]["params"]["retry_share"] = 0.25  # a default the YAML does not spell out
+    changed = load_scenario("tool-drift", {"phases": phases})
+    assert warm_start_key(ModelSpec(), changed, changed.spec.warm_start) != key
+    phases[0]["sources"][0]["params"]["retry_share"] = 0.5  # the default, spelled out: same key
+    spelled = load_scenario("tool-drift", {"phases": phases})
+    assert warm_start_key(ModelSpec(), spelled, spelled.spec.warm_start) == key

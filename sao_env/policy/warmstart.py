@@ -24,6 +24,11 @@ from sao_env.scenario import Scenario, WarmStartSpec
 from sao_env.types import Turn
 
 
+DEMONSTRATION_FORMAT = 2
+"""Part of the warm-start cache key: bump it when a source's demonstrations change, so that cached
+warm starts trained on the old ones are not reused."""
+
+
 def cache_root() -> Path:
     """``$SAO_ENV_CACHE``, else ``$XDG_CACHE_HOME/sao-env``, else ``~/.cache/sao-env``."""
     if os.environ.get("SAO_ENV_CACHE"):
@@ -32,11 +37,15 @@ def cache_root() -> Path:
 
 
 def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) -> str:
+    """What the warm start depends on: the model, every source's resolved parameters (defaults
+    included) and mixture weight, the warm-start settings and the demonstration format."""
     payload = {
         "model": model.model_dump(),
-        "phases": [[s.model_dump() for s in p.sources] for p in scenario.spec.phases],
+        "phases": [[{"name": source.name, "weight": spec_source.weight, "params": source.params.model_dump(mode="json")}
+                    for source, spec_source in zip(sources, phase.sources)]
+                   for sources, phase in zip(scenario.sources, scenario.spec.phases)],
         "warm_start": spec.model_dump(),
-        "format": 1,
+        "format": DEMONSTRATION_FORMAT,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
