@@ -214,3 +214,32 @@ def test_infinite_loop_is_contained(task, tmp_path):
     assert dict(task.reference["files"]) == reference_files
     cache_after = sorted(p.name for p in cache_root().iterdir()) if cache_root().exists() else []
     assert cache_after == cache_before
+
+
+SECRET = "sao-env-test-secret-5f3c"
+ATTACKS = {
+    "fork_bomb": ["    import os", "    while True:", "        os.fork()"],
+    "memory_bomb": ["    hog = []", "    while True:", "        hog.append(' ' * 10**8)"],
+    "huge_output": ["    import sys", "    sys.stdout.write('x' * 10**8)", "    return None"],
+    "host_secret": ["    import os", "    raise RuntimeError('leak:' + str(os.environ.get('SAO_ENV_TEST_API_KEY')))"],
+    "network": ["    import socket", "    socket.create_connection(('1.1.1.1', 80), timeout=2)", "    return 'online'"],
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_adversarial_model_code_is_a_failed_episode_with_a_reason(task, attack, monkeypatch):
+    """Model-written code that attacks the host is contained by the sandbox and grades 0 with a reason."""
+    monkeypatch.setenv("SAO_ENV_TEST_API_KEY", SECRET)
+    bug = task.reference["bug"]
+    env = RepoEnv(max_turns=6, test_timeout_s=5)
+    env.reset(seed=0, options={"task": task})
+    observation, *_ = env.step(f"edit {bug['path']} {bug['line']}\n" + "\n".join(ATTACKS[attack]))
+    assert observation.startswith("ok\n")
+    observation, *_ = env.step("run_tests")
+    assert SECRET not in observation and "online" not in observation
+    _, reward, terminated, _, info = env.step("submit")
+    env.close()
+    assert terminated and reward == 0.0
+    assert not info["grade"]["resolved"] and info["grade"]["reason"] in ("tests-failed", "timeout"), info["grade"]
+    if attack == "host_secret":
+        assert "leak:None" in observation  # the variable does not exist inside the sandbox
