@@ -79,12 +79,15 @@ class EvalSpec(_Strict):
 
 
 class WarmStartSpec(_Strict):
-    """Supervised warm start on the scenario's own generators (uniform over listed styles)."""
+    """Supervised warm start on the scenario's own generators (demonstrations from its sources)."""
 
     steps: int = Field(600, ge=0)
     batch_size: int = Field(64, gt=0)
     lr: float = Field(3e-3, gt=0)
     seed: int = 0
+    phases: list[int] | None = None
+    """Indices of the phases whose sources give demonstrations (None: every phase, uniformly).
+    ``[0]`` starts from a policy that knows only the first phase's world, e.g. last week's code."""
 
 
 class ScenarioSpec(_Strict):
@@ -111,6 +114,9 @@ class ScenarioSpec(_Strict):
 
     @model_validator(mode="after")
     def _sources_exist(self) -> "ScenarioSpec":
+        bad = [i for i in self.warm_start.phases or [] if not 0 <= i < len(self.phases)]
+        if bad:
+            raise ValueError(f"warm_start.phases {bad} are not phase indices (0..{len(self.phases) - 1})")
         for phase in self.phases:
             for source in phase.sources:
                 build_source(source.name, source.params)
@@ -194,8 +200,10 @@ class Scenario:
         return out
 
     def demonstration(self, rng: np.random.Generator, index: int) -> tuple[Task, str | list[Turn]]:
-        """A task and a correct response (or multi-turn transcript) from a phase chosen uniformly: warm-start data."""
-        phase_idx = int(rng.integers(len(self.spec.phases)))
+        """A task and a correct response (or multi-turn transcript) from a phase chosen uniformly among
+        ``warm_start.phases``: warm-start data."""
+        allowed = self.spec.warm_start.phases
+        phase_idx = int(rng.integers(len(self.spec.phases))) if allowed is None else allowed[int(rng.integers(len(allowed)))]
         source = self._pick_source(phase_idx, rng)
         task = source.sample(rng, phase=self.spec.phases[phase_idx].name, created_at=0.0, index=index)
         return task, source.demonstrate(task, rng)

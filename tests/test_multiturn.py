@@ -126,3 +126,18 @@ def test_warm_start_key_sees_default_parameters_and_weights():
     phases[0]["sources"][0]["params"]["retry_share"] = 0.5  # the default, spelled out: same key
     spelled = load_scenario("tool-drift", {"phases": phases})
     assert warm_start_key(ModelSpec(), spelled, spelled.spec.warm_start) == key
+
+
+def test_warm_start_phases_restrict_the_demonstrations():
+    from sao_env.envs.text_env import load_scenario
+    from sao_env.errors import UserError
+    from sao_env.experiment import resolve_config
+
+    scenario = load_scenario("codebase-drift")
+    assert scenario.spec.warm_start.phases == [0]
+    rng = np.random.default_rng(0)
+    assert {scenario.demonstration(rng, index=i)[0].metadata["head"] for i in range(20)} == {0}
+    everywhere = load_scenario("codebase-drift", {"warm_start": {"phases": None}})
+    assert {everywhere.demonstration(rng, index=i)[0].metadata["head"] for i in range(40)} == {0, 3, 6}
+    with pytest.raises(UserError, match="not phase indices"):
+        resolve_config("codebase-drift", "sao", 0, ["env.warm_start.phases=[3]"])
