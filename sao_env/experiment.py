@@ -142,7 +142,9 @@ class _JsonLines:
         self.file = path.open("w")
 
     def write(self, record: dict) -> None:
+        """One record per line, flushed at once, so that a running or interrupted run can be read."""
         self.file.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
+        self.file.flush()
 
     def close(self) -> None:
         self.file.close()
