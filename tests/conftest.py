@@ -80,6 +80,9 @@ def sao_env_cache(tmp_path_factory):
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 """Real benchmark rows kept beside the checkout (never committed)."""
 
+needs_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"benchmark rows not found at {SHARED_DATA}")
+"""For tests of streams over the real benchmark rows (skipped where ../shared/data is absent)."""
+
 
 @pytest.fixture(scope="session", autouse=True)
 def local_benchmark_data():

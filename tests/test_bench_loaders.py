@@ -183,6 +183,7 @@ def test_unreachable_hub_is_a_user_error(monkeypatch):
         make_loader("hmmt_feb_2024").load()
 
 
+@needs_data
 def test_sao_env_data_is_the_default_local_mirror(monkeypatch, tmp_path):
     monkeypatch.setenv("SAO_ENV_DATA", str(DATA))
     assert [t.id for t in make_loader("beyond_aime").load()] == [t.id for t in make_loader("beyond_aime", DATA).load()]

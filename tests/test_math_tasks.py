@@ -364,7 +364,7 @@ def test_missing_data_and_unknown_suites_are_user_errors(tmp_path, monkeypatch):
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("scenario_name", ["topic-drift", "benchmark-stream"])
+@pytest.mark.parametrize("scenario_name", ["topic-drift", pytest.param("benchmark-stream", marks=needs_data)])
 def test_grader_agrees_with_the_reference_on_every_held_out_problem(scenario_name):
     from sao_env.envs.text_env import load_scenario
 
@@ -375,6 +375,7 @@ def test_grader_agrees_with_the_reference_on_every_held_out_problem(scenario_nam
     assert not disagree, disagree
 
 
+@needs_data
 def test_benchmark_stream_run_never_evaluates_on_training_problems(tmp_path):
     import json
 

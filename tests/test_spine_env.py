@@ -9,6 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sao_env  # noqa: F401  (registers the sao/ ids)
+from conftest import needs_shared_data
 from sao_env.graders import grade
 from sao_env.graders.style import grade_style_match
 from sao_env.tasks.arithmetic import STYLES, render
@@ -16,7 +17,9 @@ from sao_env.types import Task
 
 SAO_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("sao/"))
 NEEDS_DOCKER = {"sao/SWEBenchVerified-v0"}
-LOCAL_IDS = [env_id for env_id in SAO_IDS if env_id not in NEEDS_DOCKER]
+NEEDS_DATA = {"sao/BenchmarkStream-v0", "sao/SWEBenchVerified-v0"}  # served from ../shared/data in tests
+LOCAL_IDS = [pytest.param(env_id, marks=needs_shared_data) if env_id in NEEDS_DATA else env_id
+             for env_id in SAO_IDS if env_id not in NEEDS_DOCKER]
 
 # Fixed actions, independent of the observations: every style form, tool calls, edits, garbage, "".
 ACTIONS = ["\\boxed{7}", "<py>print(1+1)</py>", "The answer is 3.", "view README.md", "12", "#### 5",
@@ -74,6 +77,7 @@ def test_same_seed_rollouts_are_identical(env_id):
     assert times[0] == 0.0 and all(b > a for a, b in zip(times, times[1:]))
 
 
+@needs_shared_data
 @pytest.mark.parametrize("env_id", sorted(NEEDS_DOCKER))
 def test_docker_envs_say_so_in_one_line_without_an_engine(env_id, monkeypatch):
     from sao_env.errors import UserError

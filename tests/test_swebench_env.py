@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import needs_shared_data
 from sao_env.envs import coding_tools as tools
 from sao_env.envs.base import make_task_env
 from sao_env.envs.swebench_env import apply_diff_argv, list_files_argv, read_file_argv, run_script_argv, write_file_argv
@@ -69,6 +70,7 @@ def test_run_tests_runs_the_eval_script(checkout):
     assert result.stdout.splitlines() == [">>>>> Start Test Output", "PASSED", ">>>>> End Test Output"]
 
 
+@needs_shared_data
 @pytest.mark.filterwarnings("ignore:.*rows lack:UserWarning")  # the shared rows have 5 columns
 def test_reset_without_docker_is_one_line(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
