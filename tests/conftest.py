@@ -7,6 +7,7 @@ run of each configuration costs seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -64,17 +65,26 @@ def shrunk_config():
     return _shrunk_config
 
 
+@contextlib.contextmanager
+def session_env(name: str, value: str):
+    """Set an environment variable for the session, restoring its previous state afterwards."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
 @pytest.fixture(scope="session", autouse=True)
 def sao_env_cache(tmp_path_factory):
-    """Point ``$SAO_ENV_CACHE`` at a session temporary folder (restored afterwards)."""
-    previous = os.environ.get("SAO_ENV_CACHE")
+    """Point ``$SAO_ENV_CACHE`` at a session temporary folder."""
     path = tmp_path_factory.mktemp("sao-env-cache")
-    os.environ["SAO_ENV_CACHE"] = str(path)
-    yield path
-    if previous is None:
-        os.environ.pop("SAO_ENV_CACHE", None)
-    else:
-        os.environ["SAO_ENV_CACHE"] = previous
+    with session_env("SAO_ENV_CACHE", str(path)):
+        yield path
 
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -87,13 +97,8 @@ needs_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"benchm
 @pytest.fixture(scope="session", autouse=True)
 def local_benchmark_data():
     """Serve benchmark streams from ``../shared/data`` (``$SAO_ENV_DATA``): no hub access in tests."""
-    previous = os.environ.get("SAO_ENV_DATA")
-    os.environ["SAO_ENV_DATA"] = str(SHARED_DATA)
-    yield SHARED_DATA
-    if previous is None:
-        os.environ.pop("SAO_ENV_DATA", None)
-    else:
-        os.environ["SAO_ENV_DATA"] = previous
+    with session_env("SAO_ENV_DATA", str(SHARED_DATA)):
+        yield SHARED_DATA
 
 
 @pytest.fixture(scope="session", autouse=True)
