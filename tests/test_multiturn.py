@@ -14,7 +14,7 @@ import torch
 
 from conftest import scenario_config
 from sao_env.envs.base import make_task_env
-from sao_env.envs.text_env import render_prompt
+from sao_env.envs.base import render_prompt
 from sao_env.policy.tokenizer import build_char_tokenizer
 from sao_env.policy.warmstart import demonstration_tokens, load_warm_started
 from sao_env.runtime.rollout import play

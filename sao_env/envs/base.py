@@ -122,6 +122,13 @@ class TaskEnv(gym.Env):
         return head + TRUNCATION_MARKER.format(len(text) - len(head) - len(tail)) + tail
 
 
+def render_prompt(task: Task) -> str:
+    """The prompt as text: a string as is, chat messages as ``role: content`` lines."""
+    if isinstance(task.prompt, str):
+        return task.prompt
+    return "\n".join(f"{m['role']}: {m['content']}" for m in task.prompt)
+
+
 def task_env_class(name: str) -> type[TaskEnv]:
     if name not in TASK_ENVS:
         raise ValueError(f"unknown task env {name!r}; known: {', '.join(sorted(TASK_ENVS))}")

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sao_env.envs.base import TaskEnv
+from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.graders.math import grade_math
 from sao_env.sandbox import ExecResult, Executor, Limits, LocalExecutor, run_python
 from sao_env.scenario import LatencySpec
@@ -88,9 +88,7 @@ class PythonToolEnv(TaskEnv):
         if api not in TOOL_APIS:
             raise ValueError(f"task {task.id!r}: unknown tool api {api!r}; known: {', '.join(TOOL_APIS)}")
         self.api, self.tool_calls, self.answer = api, 0, None
-        if isinstance(task.prompt, str):
-            return task.prompt
-        return "\n".join(f"{m['role']}: {m['content']}" for m in task.prompt)
+        return render_prompt(task)
 
     def _act(self, action: str) -> tuple[str, bool, str | None]:
         code = parse_tool_call(action)

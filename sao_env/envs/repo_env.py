@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sao_env.envs.base import TaskEnv
+from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.sandbox import Executor
 from sao_env.scenario import LatencySpec
 from sao_env.envs import coding_tools as tools
@@ -66,7 +66,7 @@ class RepoEnv(TaskEnv):
     def _start(self, task: Task) -> str:
         self._cleanup()
         self.files = dict(task.reference["files"])
-        return task.prompt if isinstance(task.prompt, str) else "\n".join(m["content"] for m in task.prompt)
+        return render_prompt(task)
 
     def _act(self, action: str) -> tuple[str, bool, str | None]:
         command, header, text = tools.parse(action)

@@ -24,8 +24,7 @@ from typing import Any
 
 from sao_env.benchmarks.swebench import grade_swebench, instance_row, make_test_spec, require_docker
 from sao_env.envs import coding_tools as tools
-from sao_env.envs.base import TaskEnv
-from sao_env.envs.text_env import render_prompt
+from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.scenario import LatencySpec
 from sao_env.types import Task
 

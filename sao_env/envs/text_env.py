@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from sao_env.envs.base import AnyText, TaskEnv, make_task_env
+from sao_env.envs.base import AnyText, TaskEnv, make_task_env, render_prompt
 from sao_env.graders import grade
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
@@ -23,13 +23,6 @@ from sao_env.types import Task
 def load_scenario(name_or_path: str, overrides: dict[str, Any] | None = None) -> Scenario:
     data = load_yaml(find_spec("envs", name_or_path))
     return Scenario(ScenarioSpec(**{**data, **(overrides or {})}))
-
-
-def render_prompt(task: Task) -> str:
-    """The prompt as text: a string as is, chat messages as ``role: content`` lines."""
-    if isinstance(task.prompt, str):
-        return task.prompt
-    return "\n".join(f"{m['role']}: {m['content']}" for m in task.prompt)
 
 
 class SingleTurnEnv(TaskEnv):

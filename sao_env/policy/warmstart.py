@@ -18,7 +18,7 @@ import torch
 from rich.progress import Progress
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from sao_env.envs.text_env import render_prompt
+from sao_env.envs.base import render_prompt
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.scenario import Scenario, WarmStartSpec
 from sao_env.types import Turn

@@ -27,9 +27,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sao_env.tasks.arithmetic import OPERATORS
 from sao_env.types import Task, Turn
 
-OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+OPERATIONS = OPERATORS
+"""The operations a task may ask for (the style-drift table: + - *)."""
 
 TOOL_HINT = "python tool: <py>code</py>"
 """The only description of the tool the policy sees, the same for every API version."""
