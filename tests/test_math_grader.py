@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -55,12 +54,24 @@ def test_last_boxed_takes_the_last_closed_box_with_balanced_braces():
     assert last_boxed("no box") is None
 
 
-def test_fallbacks_apply_only_without_a_box():
+def test_only_the_last_box_counts_by_default():
     assert extract_answer(r"answer is 5 but \boxed{6}") == ("6", "boxed")
-    assert extract_answer("So the answer is: $\\frac{1}{2}$.") == ("\\frac{1}{2}", "answer-is")
-    assert extract_answer("The answer is 3.\nWait, the final answer is **42**.") == ("42", "answer-is")
-    assert extract_answer("I count 3 then 17 apples") == ("17", "last-number")
-    assert extract_answer("no idea") == (None, "none")
+    assert extract_answer("So the answer is: $\\frac{1}{2}$.") == (None, "none")
+    assert extract_answer("I count 3 then 17 apples") == (None, "none")
+    # the suite's own noise string: no box, so no answer (the last-number rule read "3" here)
+    assert extract_answer("'_7>JSH3!CA\na_bG") == (None, "none")
+    assert grade_math(_task("3"), "'_7>JSH3!CA\na_bG").details["reason"] == "no-answer"
+
+
+def test_named_fallbacks_apply_only_without_a_box():
+    assert extract_answer(r"answer is 5 but \boxed{6}", "last-number") == ("6", "boxed")
+    assert extract_answer("So the answer is: $\\frac{1}{2}$.", "answer-is") == ("\\frac{1}{2}", "answer-is")
+    assert extract_answer("The answer is 3.\nWait, the final answer is **42**.", "answer-is") == ("42", "answer-is")
+    assert extract_answer("I count 3 then 17 apples", "answer-is") == (None, "none")
+    assert extract_answer("I count 3 then 17 apples", "last-number") == ("17", "last-number")
+    assert extract_answer("no idea", "last-number") == (None, "none")
+    with pytest.raises(ValueError, match="unknown answer fallback 'last'"):
+        extract_answer("1", "last")
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -165,14 +176,11 @@ def test_imo_answerbench_rows_the_rule_grader_parses_grade_correct():
 def test_pathological_answer_times_out_and_the_pool_keeps_working():
     pool = MathGradingPool(workers=2)
     try:
-        started = time.monotonic()
         verdicts = pool.verify_many(
             [("5", "9^{9^{9^{9^{9}}}}"), ("5", "5"), ("1/2", "0.5")], timeout_s=1.0
         )
-        elapsed = time.monotonic() - started
         assert [v.reason for v in verdicts] == ["timeout", "equivalent", "equivalent"]
         assert [v.correct for v in verdicts] == [False, True, True]
-        assert elapsed < 1.0 + 5.0  # the timeout plus a margin (worker restart included)
         assert pool.restarts == 1
         # the replacement worker serves the next batch
         again = pool.verify_many([("3", "3"), ("3", "4")], timeout_s=5.0)
@@ -182,9 +190,7 @@ def test_pathological_answer_times_out_and_the_pool_keeps_working():
 
 
 def test_grade_math_batch_reports_timeout_as_zero_reward():
-    started = time.monotonic()
     results = grade_math_batch([("7", r"\boxed{(10^{7})!}"), ("7", r"\boxed{7}")], timeout_s=1.0)  # a huge factorial
-    assert time.monotonic() - started < 1.0 + 5.0
     assert results[0].reward == 0.0 and results[0].details["reason"] == "timeout"
     assert results[0].details["extracted"] == "(10^{7})!"
     assert results[1].reward == 1.0

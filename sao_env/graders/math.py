@@ -1,13 +1,20 @@
 """Math grading: extract the final answer, compare it with the gold answer using math-verify.
 
-Extraction (in this process, linear time, see :func:`extract_answer`), in order:
+Extraction (in this process, linear time, see :func:`extract_answer`). By default only the last
+*closed* ``\\boxed{...}`` or ``\\fbox{...}`` counts, as on MathArena (braces balanced, ``\\{`` and
+``\\}`` are literal braces; a box nested directly inside a box is unwrapped); a response without
+one grades 0 with reason ``no-answer``. Fallbacks are a named option (``fallback``, a suite's
+``answer_fallback``), never the default, because each lets noise score:
 
-1. the last *closed* ``\\boxed{...}`` or ``\\fbox{...}`` (braces balanced, ``\\{`` and ``\\}``
-   are literal braces and do not count); a box nested directly inside a box is unwrapped;
-2. only if there is no closed box: the text after the last "answer is" / "answer:" on its line
-   (MathArena's fallback), without ``$``, ``\\(``, ``**`` and a final full stop;
-3. only if neither exists: the last number in the response (``-12``, ``3.5``, ``7/2``);
-4. otherwise nothing is extracted and the response grades 0 with reason ``no-answer``.
+- ``answer-is``: without a closed box, the text after the last "answer is" / "answer:" on its
+  line, without ``$``, ``\\(``, ``**`` and a final full stop;
+- ``last-number``: ``answer-is``, then the last number in the response (``-12``, ``3.5``,
+  ``7/2``); a random string such as ``'_7>JSH3!CA'`` then "answers" 3, and a policy under RL
+  can learn to list numbers, so it is for reading untrained base models only.
+
+Any text is accepted: lone surrogates (invalid Unicode) and NUL bytes are replaced by U+FFFD
+before extraction (:func:`clean_text`), and an extracted answer longer than
+:data:`MAX_ANSWER_CHARS` grades 0 with reason ``answer-too-long`` without reaching math-verify.
 
 Comparison (in a worker process, see :class:`MathGradingPool`): the gold answer and the extracted
 answer are both read as LaTeX math (``$`` signs removed) by ``math_verify.parse`` and compared by
@@ -22,7 +29,9 @@ the optional LLM autograder of IMO-AnswerBench is for.
 Every parse and verify runs in a worker process with a hard timeout: math-verify's own timeout
 uses ``signal.alarm``, which neither works off the main thread nor interrupts a long computation
 inside sympy's C-level integer arithmetic (``9^{9^{9^{9}}}``). A worker that overruns is killed
-and replaced, and the answer grades 0 with reason ``timeout``; the pool keeps serving.
+and replaced, and the answer grades 0 with reason ``timeout``; the pool keeps serving. Workers
+start from any main program (a script without ``if __name__ == "__main__":``, ``python -``, a
+notebook): they never import the caller's ``__main__``.
 """
 
 from __future__ import annotations
@@ -31,13 +40,16 @@ import atexit
 import multiprocessing
 import os
 import re
+import sys
 import threading
 import time
+import types
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from multiprocessing.connection import Connection, wait
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 from sao_env.types import GradeResult, Task
 
@@ -50,6 +62,12 @@ WORKER_STARTUP_TIMEOUT_S = 120.0
 # --------------------------------------------------------------------------------------------
 # Extraction (runs in the calling process: plain string scanning, linear in the response length)
 # --------------------------------------------------------------------------------------------
+
+Fallback = Literal["none", "answer-is", "last-number"]
+FALLBACKS: tuple[str, ...] = ("none", "answer-is", "last-number")
+"""Extraction rules, strictest first: the last box only; then "answer is ..."; then the last number."""
+MAX_ANSWER_CHARS = 2000
+"""An extracted answer longer than this grades 0 (reason ``answer-too-long``) without a comparison."""
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_IS_RE = re.compile(r"(?i)\banswer\s*(?:is|:)\s*:?\s*(.+)")
@@ -93,19 +111,41 @@ def _clean_inline(answer: str) -> str:
     return answer
 
 
-def extract_answer(response: str) -> tuple[str | None, str]:
-    """Return ``(answer, how)``; ``how`` is ``boxed``, ``answer-is``, ``last-number`` or ``none``."""
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (invalid Unicode, e.g. JSON ``"\\udc80"``) and NUL bytes
+    replaced by U+FFFD, so that it can be graded, printed and written as UTF-8."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+    return text
+
+
+def extract_answer(response: str, fallback: Fallback = "none") -> tuple[str | None, str]:
+    """Return ``(answer, how)``; ``how`` is ``boxed``, ``answer-is``, ``last-number`` or ``none``.
+
+    ``fallback`` (see the module docstring): ``none`` reads the last closed box only;
+    ``answer-is`` and ``last-number`` add the fallbacks, in that order, for responses without one.
+    """
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown answer fallback {fallback!r}; known: {', '.join(FALLBACKS)}")
+    response = clean_text(response)
     boxed = last_boxed(response)
     if boxed is not None:
         return boxed, "boxed"
+    if fallback == "none":
+        return None, "none"
     matches = list(_ANSWER_IS_RE.finditer(response))
     for match in reversed(matches):
         cleaned = _clean_inline(match.group(1))
         if cleaned:
             return cleaned, "answer-is"
-    numbers = _NUMBER_RE.findall(response)
-    if numbers:
-        return numbers[-1].replace(" ", ""), "last-number"
+    if fallback == "last-number":
+        numbers = _NUMBER_RE.findall(response)
+        if numbers:
+            return numbers[-1].replace(" ", ""), "last-number"
     return None, "none"
 
 
@@ -227,11 +267,32 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
+_MAIN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _main_hidden():
+    """Show multiprocessing an empty ``__main__`` while a worker starts.
+
+    spawn and forkserver children import the parent's main module before they run their target:
+    a script without an ``if __name__ == "__main__":`` guard would run again inside every worker
+    (and fail there), and ``python -`` has no file to import. The workers need nothing from it.
+    """
+    with _MAIN_LOCK:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")  # no __file__, __spec__ None
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
+
+
 class _Worker:
     def __init__(self, ctx, memory_limit_mb: int | None):
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True)
-        self.process.start()
+        with _main_hidden():
+            self.process.start()
         child.close()
         self.ready = False
 
@@ -398,23 +459,28 @@ def grade_math_batch(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     *,
     workers: int | None = None,
+    fallback: Fallback = "none",
 ) -> list[GradeResult]:
     """Grade ``(task or gold answer, response)`` pairs in parallel; one GradeResult per pair, in order.
 
+    ``fallback`` names the extraction rule (module docstring; default: the last box only).
     ``details``: ``extracted`` (None when nothing was found), ``extraction`` (how), ``gold``,
     ``verdict`` (``correct``/``wrong``), ``reason``, ``grader`` (``math-verify``); no wall-clock
     figure, so that a run's episode log stays byte-identical for its seed.
     """
     items = [(gold_answer(task), response) for task, response in pairs]
-    extracted = [extract_answer(response) for _, response in items]
-    jobs = [(i, gold, answer) for i, ((gold, _), (answer, _)) in enumerate(zip(items, extracted)) if answer is not None]
+    extracted = [extract_answer(response, fallback) for _, response in items]
+    too_long = {i for i, (answer, _) in enumerate(extracted) if answer is not None and len(answer) > MAX_ANSWER_CHARS}
+    jobs = [(i, gold, answer) for i, ((gold, _), (answer, _)) in enumerate(zip(items, extracted))
+            if answer is not None and i not in too_long]
     verdicts = get_pool(workers).verify_many([(gold, answer) for _, gold, answer in jobs], timeout_s) if jobs else []
     by_index: dict[int, Verdict] = {i: v for (i, _, _), v in zip(jobs, verdicts)}
     results = []
     for i, ((gold, _), (answer, how)) in enumerate(zip(items, extracted)):
-        verdict = by_index.get(i, Verdict(False, "no-answer", 0.0))
+        default = Verdict(False, "answer-too-long" if i in too_long else "no-answer", 0.0)
+        verdict = by_index.get(i, default)
         details: dict[str, Any] = {
-            "extracted": answer,
+            "extracted": answer if i not in too_long else answer[:200] + f"...[{len(answer) - 200} more]",
             "extraction": how,
             "gold": gold,
             "verdict": "correct" if verdict.correct else "wrong",
@@ -426,5 +492,5 @@ def grade_math_batch(
 
 
 def grade_math(task: Task, response: str) -> GradeResult:
-    """Grade one response against ``task.reference["answer"]`` (see the module docstring)."""
+    """Grade one response against ``task.reference["answer"]``: the last box only (module docstring)."""
     return grade_math_batch([(task, response)])[0]
