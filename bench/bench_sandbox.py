@@ -7,6 +7,8 @@ result) of three workloads, each run in a fresh working copy:
   trivial    ``python -I -S -c``-like script printing one line
   unittest   a small test-suite script (unittest, 3 tests, stdlib only)
   pytest     ``python -m pytest -q`` on a 3-test file (the venv's pytest)
+then the same workloads on a warm interpreter (``sao_env.sandbox.warm``: one bubblewrap sandbox
+started once, each run a fork of a server that imported pytest already) and the cold/warm ratio,
 then runs per minute of the unittest workload with ``--workers`` threads in parallel.
 """
 
@@ -81,6 +83,29 @@ def one_run(executor, src: Path, scratch: Path, argv_tail: list[str]) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def warm_runs(executor, src: Path, workloads: dict) -> dict[str, float]:
+    """p50 latency of each workload on a warm interpreter (pytest preloaded), files written per run."""
+    from sao_env.sandbox.warm import WarmInterpreter
+
+    files = {path.name: path.read_text() for path in src.iterdir()}
+    interpreter = WarmInterpreter(executor, flags=(), preload=["pytest"])
+    out = {}
+    try:
+        for name, (tail, runs) in workloads.items():
+            argv = [arg for arg in tail if arg not in ("-I", "-S")]
+            times = []
+            for _ in range(runs + 1):
+                started = time.perf_counter()
+                result = interpreter.run(argv, files, timeout_s=60)
+                times.append(time.perf_counter() - started)
+                if not result.ok:
+                    raise SystemExit(f"warm run failed: {result}")
+            out[name] = percentile(times[1:], 0.5)  # the first run includes the server's start
+    finally:
+        interpreter.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
@@ -108,6 +133,14 @@ def main() -> None:
                 times = [one_run(executor, src, scratch, tail) for _ in range(runs)]
                 print(f"{mode:<11} {name:<9} {runs:>5} {percentile(times, 0.5):>8.3f} "
                       f"{percentile(times, 0.95):>8.3f} {statistics.fmean(times):>8.3f}")
+        if "bubblewrap" in modes:
+            cold_p50 = {}
+            for name, (tail, runs) in workloads.items():
+                cold_p50[name] = percentile([one_run(bwrap, src, scratch, tail) for _ in range(min(runs, 10))], 0.5)
+            warm_p50 = warm_runs(bwrap, src, workloads)
+            for name, p50 in warm_p50.items():
+                print(f"{'warm':<11} {name:<9} {workloads[name][1]:>5} {p50:>8.3f}   cold p50 {cold_p50[name]:.3f} s: "
+                      f"{cold_p50[name] / p50:.1f}x faster")
         for mode, executor in modes.items():
             tail, runs = workloads["unittest"][0], args.runs
             started = time.perf_counter()

@@ -9,6 +9,8 @@
 
 Executors: ``LocalExecutor`` (bubblewrap; rlimits-only fallback, reported by ``.isolation`` and
 ``sandbox_status()``) and ``DockerExecutor`` (containers; ``exec_in`` for SWE-bench images).
+``sao_env.sandbox.warm`` keeps a sandboxed interpreter running and forks it per call (the Python
+tool and forge test runs use it: no namespace or interpreter start-up per call).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ class ExecResult:
     ``reason`` is set when the sandbox, not the program, decided the outcome (or explains it):
     "timeout", "memory limit", "cpu time limit", "file size limit", "killed by signal N",
     "output truncated", "command not found", "sandbox setup failed: ...",
-    "sandbox unavailable: ..."; ``None`` for an ordinary exit, whatever its status.
+    "sandbox unavailable: ...", "sandbox worker lost" (a warm interpreter's server died during
+    the call, see ``warm.py``); ``None`` for an ordinary exit, whatever its status.
     """
 
     returncode: int | None

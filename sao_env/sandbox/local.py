@@ -33,7 +33,7 @@ import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from sao_env.errors import UserError
 from sao_env.sandbox.base import Capture, ExecResult, Limits, classify, one_line, sandbox_env
@@ -150,6 +150,40 @@ class LocalExecutor:
     def run(self, argv: list[str], *, workdir: Path, timeout_s: float,
             env: dict[str, str] | None = None) -> ExecResult:
         """Run ``argv`` in ``workdir`` (its only writable host directory) within the limits."""
+        started = time.monotonic()
+        home: Path | None = None
+        try:
+            try:
+                if not self._bwrap:
+                    sandbox_env(path="", home="", extra=env)  # refuse secrets before making anything
+                    home = Path(tempfile.mkdtemp(prefix="sao-home-"))
+                    (home / "tmp").mkdir()
+                proc = self._popen(argv, workdir, self.limits.cpu_seconds(timeout_s), env, home, subprocess.DEVNULL)
+            except OSError as exc:
+                return ExecResult(None, "", "", False, f"sandbox unavailable: {one_line(exc)}",
+                                  time.monotonic() - started, False)
+            return self._collect(proc, started, timeout_s)
+        finally:
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
+
+    def start(self, argv: list[str], *, workdir: Path, cpu_s: int, env: dict[str, str] | None = None,
+              stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
+        """Start ``argv`` in the bubblewrap sandbox and return at once, stdin and stdout piped: a
+        long-lived process that the caller talks to, waits for and kills (``warm.WarmInterpreter``).
+        ``cpu_s`` is its CPU-time limit; the other limits are the executor's. Raises RuntimeError
+        without bubblewrap (the fallback has no PID namespace to contain a long-lived process) and
+        OSError when it cannot be started."""
+        if not self._bwrap:
+            raise RuntimeError(f"a long-lived sandboxed process needs bubblewrap; this executor is {self.isolation}")
+        return self._popen(argv, workdir, cpu_s, env, None, subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+
+    # internals ------------------------------------------------------------------------------
+
+    def _popen(self, argv: list[str], workdir: Path, cpu_s: int, env: dict[str, str] | None, home: Path | None,
+               stdin: Any, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE) -> subprocess.Popen:
+        """Start ``argv`` in ``workdir`` under the limits: in bubblewrap, else with ``home`` as the
+        fallback's HOME (and its ``tmp`` as TMPDIR)."""
         if not argv:
             raise ValueError("empty argv")
         workdir = Path(workdir).resolve()
@@ -157,45 +191,29 @@ class LocalExecutor:
             raise ValueError(f"workdir {workdir} is not a directory")
         if workdir == Path("/"):
             raise ValueError("refusing / as a working copy")
-        started = time.monotonic()
-        cleanup: list[Path] = []
         userns_fd = -1
         try:
-            try:
-                if self._bwrap:
-                    child_env = sandbox_env(path=_sandbox_path(), home=str(workdir), extra=env)
-                    if os.geteuid() == 0:
-                        _hand_over(workdir, SANDBOX_UID)
-                        userns_fd = _new_userns(SANDBOX_UID)
-                    cmd = self._bwrap_argv(self._bwrap, workdir, userns_fd) + self._limit_argv(argv, timeout_s)
-                else:
-                    sandbox_env(path="", home="", extra=env)  # refuse secrets before making anything
-                    home = Path(tempfile.mkdtemp(prefix="sao-home-"))
-                    cleanup.append(home)
-                    (home / "tmp").mkdir()
-                    child_env = sandbox_env(path=_sandbox_path(), home=str(home), extra=env)
-                    child_env["TMPDIR"] = str(home / "tmp")
-                    cmd = self._limit_argv(argv, timeout_s)
-                proc = subprocess.Popen(
-                    cmd, cwd=workdir, env=child_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                    pass_fds=(userns_fd,) if userns_fd >= 0 else ())
-            except OSError as exc:
-                return ExecResult(None, "", "", False, f"sandbox unavailable: {one_line(exc)}",
-                                  time.monotonic() - started, False)
-            finally:
-                if userns_fd >= 0:
-                    os.close(userns_fd)
-            return self._collect(proc, started, timeout_s)
+            if self._bwrap:
+                child_env = sandbox_env(path=_sandbox_path(), home=str(workdir), extra=env)
+                if os.geteuid() == 0:
+                    _hand_over(workdir, SANDBOX_UID)
+                    userns_fd = _new_userns(SANDBOX_UID)
+                cmd = self._bwrap_argv(self._bwrap, workdir, userns_fd) + self._limit_argv(argv, cpu_s)
+            else:
+                assert home is not None
+                child_env = sandbox_env(path=_sandbox_path(), home=str(home), extra=env)
+                child_env["TMPDIR"] = str(home / "tmp")
+                cmd = self._limit_argv(argv, cpu_s)
+            return subprocess.Popen(
+                cmd, cwd=workdir, env=child_env, stdin=stdin, stdout=stdout, stderr=stderr,
+                start_new_session=True, close_fds=True, pass_fds=(userns_fd,) if userns_fd >= 0 else ())
         finally:
-            for path in cleanup:
-                shutil.rmtree(path, ignore_errors=True)
+            if userns_fd >= 0:
+                os.close(userns_fd)
 
-    # internals ------------------------------------------------------------------------------
-
-    def _limit_argv(self, argv: list[str], timeout_s: float) -> list[str]:
+    def _limit_argv(self, argv: list[str], cpu_s: int) -> list[str]:
         lim = self.limits
-        wanted = {"cpu": (resource.RLIMIT_CPU, lim.cpu_seconds(timeout_s)),
+        wanted = {"cpu": (resource.RLIMIT_CPU, cpu_s),
                   "as": (resource.RLIMIT_AS, lim.memory_mb << 20),
                   "fsize": (resource.RLIMIT_FSIZE, lim.fsize_mb << 20),
                   "nproc": (resource.RLIMIT_NPROC, lim.nproc),
