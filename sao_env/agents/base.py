@@ -136,7 +136,7 @@ class Agent:
         *,
         dis_band: tuple[float, float] = (0.3, 5.0),
     ):
-        self.policy = policy
+        self.policy = policy.eval()
         self.tokenizer = tokenizer
         self.config = config
         self.dis_band = dis_band
@@ -168,12 +168,14 @@ class Agent:
         return collate(episodes, self.tokenizer.pad_token_id, rewards)
 
     def actor_step(self, batch: Batch, loss_fn) -> dict[str, float]:
-        """One actor gradient step: ``loss_fn(logp_BT) -> (loss, metrics)``; bumps the version if applied."""
-        self.policy.train()
+        """One actor gradient step: ``loss_fn(logp_BT) -> (loss, metrics)``; bumps the version if applied.
+
+        The policy stays in eval mode (no dropout): the learner's log-probabilities must be those of the
+        function that sampled, or the importance ratios drift from 1 for no reason.
+        """
         logp, entropy = sequence_logprobs(self.policy, batch.tokens_BT, batch.attention_BT)
         loss, metrics = loss_fn(logp)
         grad_norm, skipped = guarded_step(loss, self.actor_params, self.actor_optimizer, self.config.grad_clip)
-        self.policy.eval()
         self.skipped += skipped
         if not skipped:
             self.version += 1

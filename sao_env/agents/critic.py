@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 
 from sao_env.agents.base import Batch, guarded_step
 from sao_env.algos import gae, value_loss
+from sao_env.policy.lean import lean_decoder
 
 
 class ValueModel(nn.Module):
@@ -40,8 +41,12 @@ class ValueModel(nn.Module):
         self.frozen_modules = frozen
 
     def forward(self, tokens_BT: torch.Tensor, attention_BT: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(input_ids=tokens_BT, attention_mask=attention_BT).last_hidden_state  # (B, T, H)
-        v = self.head(hidden[:, :-1].float()).squeeze(-1)  # (B, T-1)
+        lean = lean_decoder(self.backbone)
+        if lean is not None:  # right padding: a causal pass gives every real token the same state
+            hidden = lean.hidden(tokens_BT[:, :-1])  # (B, T-1, H)
+        else:
+            hidden = self.backbone(input_ids=tokens_BT, attention_mask=attention_BT).last_hidden_state[:, :-1]
+        v = self.head(hidden.float()).squeeze(-1)  # (B, T-1)
         return torch.cat([torch.zeros_like(v[:, :1]), v], dim=1)  # (B, T)
 
 
@@ -51,7 +56,7 @@ class Critic:
     def __init__(self, policy: PreTrainedModel, *, lr: float, grad_clip: float | None, agg: str,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, frozen_pattern: str | None = None):
         kwargs = {"frozen_pattern": frozen_pattern} if frozen_pattern else {}
-        self.model = ValueModel(policy, **kwargs)
+        self.model = ValueModel(policy, **kwargs).eval()  # no dropout, as for the policy
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
         self.grad_clip, self.agg = grad_clip, agg
@@ -65,26 +70,25 @@ class Critic:
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
-        self.model.eval()
         return self.model(batch.tokens_BT, batch.attention_BT)
 
-    def fit(self, batch: Batch, *, steps: int, gamma: float = 1.0) -> dict[str, float]:
+    def fit(self, batch: Batch, *, steps: int, gamma: float = 1.0, values_BT: torch.Tensor | None = None) -> dict[str, float]:
         """SAO's critic update: targets from the pre-update values with lambda=1, then ``steps`` steps.
 
-        R = GAE(r, V_old; gamma, lambda=1) + V_old, i.e. the discounted reward-to-go.
+        R = GAE(r, V_old; gamma, lambda=1) + V_old, i.e. the discounted reward-to-go. ``values_BT``
+        passes V_old when the caller has computed it already.
         """
-        _, returns = gae(batch.rewards_BT, self.values(batch), batch.mask_BT, gamma=gamma, lam=1.0)
+        old = self.values(batch) if values_BT is None else values_BT
+        _, returns = gae(batch.rewards_BT, old, batch.mask_BT, gamma=gamma, lam=1.0)
         for _ in range(steps):
             metrics = self.step(batch, returns)
         return metrics
 
     def step(self, batch: Batch, returns_BT: torch.Tensor) -> dict[str, float]:
-        self.model.train()
         values = self.model(batch.tokens_BT, batch.attention_BT)
         loss, metrics = value_loss(values, returns_BT, batch.mask_BT, agg=self.agg)
         grad_norm, skipped = guarded_step(loss, self.params, self.optimizer, self.grad_clip)
         self.skipped += skipped
-        self.model.eval()
         out = {f"critic/{k}": v for k, v in metrics.items()}
         out.update({"critic/grad_norm": grad_norm, "critic/skipped_nonfinite": float(self.skipped)})
         return out

@@ -109,7 +109,7 @@ def gae(
         adv = torch.zeros(B, T, dtype=dtype, device=r.device)  # (B, T)
         next_value = torch.zeros(B, dtype=dtype, device=r.device)  # (B,) V after the current action token
         next_adv = torch.zeros(B, dtype=dtype, device=r.device)  # (B,) A of the next action token
-        for t in reversed(range(T)):
+        for t in reversed(m.any(0).nonzero().squeeze(1).tolist()):  # a column without actions changes nothing
             act = m[:, t]  # (B,)
             delta = r[:, t] + gamma * next_value - v[:, t]
             a_t = delta + gamma * lam_B * next_adv
