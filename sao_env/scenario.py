@@ -64,6 +64,22 @@ class LatencySpec(_Strict):
     update_s_per_token: float = Field(0.002, ge=0)
     """Simulated seconds per trained token (forward + backward, each model trained)."""
 
+    def turn_s(self, env_seed: int, turn: int, tool: str | None) -> float:
+        """Simulated seconds of turn ``turn`` (1-based) of the episode seeded ``env_seed``: log-normal with
+        median ``tool_median_s[tool]`` (else ``env_median_s``); its draw depends on (seed, turn) alone."""
+        median = self.tool_median_s.get(tool or "", self.env_median_s)
+        return float(median * np.exp(self.env_sigma * turn_normal(env_seed, turn)))
+
+    def min_first_turn_s(self, env_seed: int) -> float:
+        """A lower bound of the first turn's latency whatever tool it calls (lets the runtime defer work)."""
+        median = min([self.env_median_s, *self.tool_median_s.values()])
+        return float(median * np.exp(self.env_sigma * turn_normal(env_seed, 1)))
+
+
+def turn_normal(env_seed: int, turn: int) -> float:
+    """The standard normal behind a turn's latency, from its own stream (seed, turn)."""
+    return float(np.random.default_rng([int(env_seed), int(turn), 0x1A7E]).standard_normal())
+
 
 class EvalSpec(_Strict):
     interval_h: float = Field(0.05, gt=0)

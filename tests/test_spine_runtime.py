@@ -121,7 +121,7 @@ def test_buffer_of_exactly_one_batch_does_not_deadlock(shrunk_run):
 
 
 def test_full_buffer_blocks_and_never_drops(shrunk_run):
-    run_dir, summary = shrunk_run("sao", 0, ("agent.runtime.buffer_capacity=1",))
+    run_dir, summary = shrunk_run("sao_streaming", 0, ("agent.runtime.buffer_capacity=1",))
     lines = updates(run_dir)
     assert summary["dropped"] == 0
     assert all(r["async/dropped"] == 0.0 for r in lines)
@@ -132,7 +132,7 @@ def test_full_buffer_blocks_and_never_drops(shrunk_run):
 
 
 def test_drop_oldest_drops_and_counts(shrunk_run):
-    run_dir, summary = shrunk_run("sao", 0, ("agent.runtime.buffer_capacity=1", "agent.runtime.on_full=drop_oldest"))
+    run_dir, summary = shrunk_run("sao_streaming", 0, ("agent.runtime.buffer_capacity=1", "agent.runtime.on_full=drop_oldest"))
     lines = updates(run_dir)
     assert summary["dropped"] > 0
     dropped = [r["async/dropped"] for r in lines]

@@ -1,17 +1,23 @@
 """SAO: Single-rollout Asynchronous Optimization (arXiv 2607.07508).
 
-Per update (by default, per episode as it completes):
+Per update, on a batch of N single-rollout episodes (N distinct prompts) taken in completion order:
   1. V_old  <- critic(episodes)                                  values before the update
-  2. R      <- GAE(r, V_old; gamma=1, lambda=1) + V_old          critic targets (= reward-to-go)
-  3. repeat K=2 times: critic step on 0.5*(V - R)^2              attention of the critic frozen
-  4. if still in the critic warm-up: stop here (actor untouched, version unchanged)
-  5. V      <- critic(episodes)                                  values after the update
-  6. A      <- GAE(r, V; gamma=1, lambda = 1 - 1/(alpha*l))      skip-observation, adaptive lambda
-  7. actor step on the DIS loss -w*A*logp, w = r_t in the strict band (1-eps_low, 1+eps_high) else 0,
+  2. A      <- GAE(r, V_old; gamma=1, lambda = 1 - 1/(alpha*l))  skip-observation, adaptive lambda
+  3. R      <- GAE(r, V_old; gamma=1, lambda=1) + V_old          critic targets (= reward-to-go)
+  4. repeat K=2 times: critic step on 0.5*(V - R)^2              attention of the critic frozen
+  5. if still in the critic warm-up: stop here (actor untouched, version unchanged)
+  6. actor step on the DIS loss -w*A*logp, w = r_t in the strict band (1-eps_low, 1+eps_high) else 0,
      r_t = pi_theta / pi_rollout against the log-probs recorded at rollout time. No KL, no entropy.
+
+Advantages use the values from before the critic is fitted on the batch (step 2), as PPO
+implementations do: a critic fitted on these very returns would explain part of each episode's
+own outcome away (with lambda near 1 the advantage shrinks towards zero on the batch it was
+fitted to). ``advantage_values: after_fit`` restores the other order for comparison.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -32,14 +38,18 @@ class SAOConfig(AgentConfig):
     """Regex over module names of attention blocks to freeze in the critic (None: the default)."""
     alpha: float = Field(1.5, gt=0)
     """Length-adaptive GAE lambda = 1 - 1/(alpha * l)."""
-    episodes_per_update: int = Field(1, ge=1)
-    """Episodes consumed per update (1: update per episode as it completes)."""
+    episodes_per_update: int = Field(8, ge=1)
+    """N: single-rollout episodes (distinct prompts) consumed per update, in completion order; the
+    paper uses 128, 1 is the streaming extreme (agents/sao_streaming.yaml)."""
     dis_eps_low: float | None = Field(None, gt=0, le=1)
     """DIS band below 1 (None: the scenario's, 0.3 reasoning / 0.8 coding)."""
     dis_eps_high: float | None = Field(None, gt=0)
     """DIS band above 1 (None: the scenario's, 5.0 reasoning / 3.0 coding)."""
     whiten_advantages: bool = False
     """Whiten advantages over the batch's action tokens (off in the paper)."""
+    advantage_values: Literal["before_fit", "after_fit"] = "before_fit"
+    """Critic values the actor's advantages use: V_old, before the critic's K steps on this batch
+    (default, as in PPO), or the values after them."""
 
 
 class SAOAgent(Agent):
@@ -61,13 +71,15 @@ class SAOAgent(Agent):
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
-        metrics = self.critic.fit(batch, steps=self.config.critic_updates, gamma=1.0)  # steps 1-3
+        values_old = self.critic.values(batch)
+        metrics = self.critic.fit(batch, steps=self.config.critic_updates, gamma=1.0, values_BT=values_old)
         self.updates += 1
         if self.updates <= self.config.critic_warmup_updates:
             return metrics | {"actor/warmup": 1.0}
 
         lam = adaptive_lambda(batch.num_actions_B, self.config.alpha)
-        advantages, _ = gae(batch.rewards_BT, self.critic.values(batch), mask, gamma=1.0, lam=lam)
+        values = values_old if self.config.advantage_values == "before_fit" else self.critic.values(batch)
+        advantages, _ = gae(batch.rewards_BT, values, mask, gamma=1.0, lam=lam)
         if self.config.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
 

@@ -87,6 +87,7 @@ class TaskEnv(gym.Env):
     # -- Gymnasium ----------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self._seed = seed
         task = (options or {}).get("task")
         if task is None:
             raise ValueError(f"{type(self).__name__}.reset needs options={{'task': task}}")
@@ -109,7 +110,13 @@ class TaskEnv(gym.Env):
 
     # -- helpers --------------------------------------------------------------------------------
     def sample_latency(self, tool: str | None) -> float:
-        """Log-normal simulated seconds of one turn: median ``tool_median_s[tool]`` (else ``env_median_s``)."""
+        """Log-normal simulated seconds of this turn: median ``tool_median_s[tool]`` (else ``env_median_s``).
+
+        Seeded episodes draw it from (seed, turn) alone (``LatencySpec.turn_s``), so the runtime can
+        bound an episode's duration before it is played; unseeded ones from ``np_random``.
+        """
+        if getattr(self, "_seed", None) is not None:
+            return self.latency.turn_s(self._seed, self.turns, tool)
         median = self.latency.tool_median_s.get(tool or "", self.latency.env_median_s)
         return float(median * np.exp(self.latency.env_sigma * self.np_random.standard_normal()))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from sao_env.policy.generate import row_key
 from sao_env.runtime.rollout import play
 from sao_env.scenario import Scenario
 
@@ -18,35 +18,39 @@ def evaluate_heldout(
     scenario: Scenario,
     *,
     eval_index: int,
-    batch_size: int = 64,
+    batch_size: int = 256,
 ) -> dict[str, float]:
     """Accuracy (mean reward) of each phase's held-out set, plus grader details averaged when boolean.
 
     Multi-turn sets also report ``turns`` (mean actions per episode). Tasks that carry a
     ``category`` in their metadata are pooled across sets into ``eval/category/<name>/accuracy``.
     Sampling and the environments are seeded from the scenario's eval seed and ``eval_index``
-    alone, so two agents with the same weights at the same evaluation get the same episodes.
+    alone, so two agents with the same weights at the same evaluation get the same episodes; each
+    episode has its own sampling stream, so the sets are played together in batches of ``batch_size``
+    without changing any episode.
     """
     spec = scenario.spec
-    generator = torch.Generator().manual_seed(spec.eval.seed * 7919 + eval_index)
+    jobs = [(set_index, phase, j, task) for set_index, (phase, tasks) in enumerate(scenario.eval_sets.items())
+            for j, task in enumerate(tasks)]
+    played = []
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start : start + batch_size]
+        seeds = [spec.eval.seed * 1_000_003 + eval_index * 10_007 + s * 1_009 + j for s, _, j, _ in chunk]
+        keys = [row_key(spec.eval.seed, eval_index, s, j) for s, _, j, _ in chunk]
+        played += play(model, tokenizer, [task for *_, task in chunk], spec, env_seeds=seeds, row_keys=keys,
+                       temperature=spec.eval.temperature)
     out: dict[str, float] = {}
     by_category: dict[str, list[float]] = defaultdict(list)
-    for set_index, (phase, tasks) in enumerate(scenario.eval_sets.items()):
-        rewards, details, turns = [], [], []
-        for start in range(0, len(tasks), batch_size):
-            chunk = tasks[start : start + batch_size]
-            seeds = [spec.eval.seed * 1_000_003 + eval_index * 10_007 + set_index * 1_009 + start + j
-                     for j in range(len(chunk))]
-            for task, r in zip(chunk, play(model, tokenizer, chunk, spec, generator=generator, env_seeds=seeds,
-                                           temperature=spec.eval.temperature)):
-                rewards.append(r.reward)
-                details.append(r.grade)
-                turns.append(r.turns)
-                if "category" in task.metadata:
-                    by_category[str(task.metadata["category"])].append(r.reward)
+    for phase in scenario.eval_sets:
+        mine = [(task, r) for (_, p, _, task), r in zip(jobs, played) if p == phase]
+        rewards = [r.reward for _, r in mine]
+        details = [r.grade for _, r in mine]
+        for task, r in mine:
+            if "category" in task.metadata:
+                by_category[str(task.metadata["category"])].append(r.reward)
         out[f"eval/{phase}/accuracy"] = float(np.mean(rewards))
         if spec.max_turns > 1:
-            out[f"eval/{phase}/turns"] = float(np.mean(turns))
+            out[f"eval/{phase}/turns"] = float(np.mean([r.turns for _, r in mine]))
         for key in sorted(set().union(*details)):
             values = [d.get(key) for d in details]
             if all(isinstance(v, bool) for v in values if v is not None) and any(v is not None for v in values):

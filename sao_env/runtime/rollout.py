@@ -71,12 +71,17 @@ def play(
     tasks: Sequence[Task],
     spec: ScenarioSpec,
     *,
-    generator: torch.Generator,
     env_seeds: Sequence[int],
+    row_keys: Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
 ) -> list[Rollout]:
-    """Play each task to its end with ``model``; episodes advance turn by turn as one batch."""
+    """Play each task to its end with ``model``; episodes advance turn by turn as one batch.
+
+    With ``row_keys`` (one per task) every episode samples from its own counter-based stream, so an
+    episode is the same whichever episodes share its batch; ``generator`` shares one stream instead.
+    """
     envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns) for task in tasks]
     rollouts = [Rollout(task) for task in tasks]
     for env, task, rollout, seed in zip(envs, tasks, rollouts, env_seeds):
@@ -90,7 +95,8 @@ def play(
         while active:
             samples = sample(model, [rollouts[i].tokens_T for i in active], max_new_tokens=spec.max_new_tokens,
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                             generator=generator, temperature=temperature, top_p=top_p)
+                             generator=generator, row_keys=None if row_keys is None else [row_keys[i] for i in active],
+                             temperature=temperature, top_p=top_p)
             still_active = []
             for i, s in zip(active, samples):
                 rollout, env = rollouts[i], envs[i]

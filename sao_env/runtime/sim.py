@@ -27,10 +27,11 @@ from typing import Callable, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sao_env.agents.base import Agent
 from sao_env.errors import UserError
+from sao_env.policy.generate import row_key
 from sao_env.runtime.rollout import play
 from sao_env.scenario import Scenario
 from sao_env.types import Episode
@@ -50,9 +51,22 @@ class RuntimeSpec(BaseModel):
     on_full: Literal["block", "drop_oldest"] = "block"
     """Full buffer: block the producer (default) or drop the oldest group (counted and logged)."""
     temperature: float = Field(1.0, gt=0)
-    """Rollout sampling temperature."""
+    """Rollout sampling temperature; must be 1 for training (see ``_untempered``)."""
     top_p: float = Field(1.0, gt=0, le=1)
-    """Rollout nucleus sampling."""
+    """Rollout nucleus sampling; must be 1 for training (see ``_untempered``)."""
+    batch_generation: bool = True
+    """Generate the requests started under the same weights together, as one batch. Each episode
+    samples from its own stream (seed, request, member), so the run equals one-request-at-a-time
+    generation up to float rounding between batch shapes (tests/test_batched_generation.py)."""
+
+    @model_validator(mode="after")
+    def _untempered(self) -> "RuntimeSpec":
+        """The learner's ratios pi_theta / pi_rollout compare against the plain softmax; rollouts drawn
+        from a tempered or truncated distribution would bias every ratio, so training refuses them."""
+        if self.temperature != 1.0 or self.top_p != 1.0:
+            raise ValueError(f"temperature={self.temperature} / top_p={self.top_p}: rollouts for training must "
+                             f"sample the policy itself (1.0 / 1.0), or every importance ratio is biased")
+        return self
 
 
 @dataclass
@@ -62,6 +76,11 @@ class _Request:
     version: int
     group: list[Episode | None]
     pending: int
+    start: float = 0.0
+    env_seeds: list[int] = field(default_factory=list)
+    row_keys: list[int] = field(default_factory=list)
+    earliest_end: float = 0.0
+    """No episode of the request can complete before this (lower bound of its duration)."""
     blocked_since: float | None = None
 
 
@@ -103,8 +122,8 @@ class SimRuntime:
             p.requires_grad_(False)
         self.on_update, self.on_episode, self.on_eval = on_update, on_episode, on_eval
         self.task_rng = np.random.default_rng([seed, 1])
-        self.sampler = torch.Generator().manual_seed(seed * 1_000_003 + 7)
         self.env_rng = np.random.default_rng([seed, 2])
+        self.unplayed: list[_Request] = []
         self.state = RunState()
         self.free_slots = scenario.spec.rollout_slots
         if agent.group_size > self.free_slots:
@@ -122,7 +141,8 @@ class SimRuntime:
         self._ids = itertools.count()
         for t in eval_times:
             self._push(t, "eval", None)
-        self.wall = {"generate_s": 0.0, "update_s": 0.0, "eval_s": 0.0}
+        self.wall = {"generate_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "generate_batches": 0, "generate_rows": 0}
+        """Wall-clock bookkeeping (timings.json); the simulation never reads it."""
 
     # -- event plumbing ---------------------------------------------------------------------
     def _push(self, t: float, kind: str, payload) -> None:
@@ -131,7 +151,11 @@ class SimRuntime:
     def run(self, progress: Callable[[RunState], None] | None = None) -> RunState:
         end = self.scenario.duration_s
         self._dispatch()
-        while self._events:
+        while self._events or self.unplayed:
+            if self.unplayed and (not self._events or self._events[0][2] == "update_done"
+                                  or self._events[0][0] >= min(r.earliest_end for r in self.unplayed)):
+                self._play_unplayed()
+                continue
             t, _, kind, payload = heapq.heappop(self._events)
             if t > end:
                 break
@@ -167,40 +191,59 @@ class SimRuntime:
             self._start_request()
 
     def _start_request(self) -> None:
-        """Draw the next task and play its group to the end with the deployed weights.
+        """Draw the next task; its group is played later, with the weights deployed now.
 
-        Every turn of a multi-turn episode is generated with the weights deployed when the request
-        started, so each episode has one version; its simulated duration sums prefill (prompt and
-        observations), decode and the environment's turns.
+        A started request waits, unplayed, until the clock is about to pass the earliest moment any of
+        its episodes could complete (``earliest_end``) or the weights are about to change; then every
+        waiting request is played in one batch (``batch_generation``; otherwise each at once). Every turn
+        of a multi-turn episode uses the weights deployed when the request started, so each episode has
+        one version; its simulated duration sums prefill (prompt and observations), decode and the
+        environment's turns.
         """
         now, G = self.state.now, self.agent.group_size
         task = self.scenario.next_task(now, self.task_rng, index=self.state.started)
         self.state.started += 1
-        request = _Request(id=next(self._ids), task=task, version=self.deployed_version, group=[None] * G, pending=G)
+        request = _Request(id=next(self._ids), task=task, version=self.deployed_version, group=[None] * G, pending=G,
+                           start=now, env_seeds=self.env_rng.integers(2**31, size=G).tolist())
+        request.row_keys = [row_key(self.seed, request.id, i) for i in range(G)]
+        latency = self.scenario.spec.latency
+        request.earliest_end = now + latency.decode_s_per_token + min(latency.min_first_turn_s(s) for s in request.env_seeds)
         self.running[request.id] = request
+        self.unplayed.append(request)
+        if not self.spec.batch_generation:
+            self._play_unplayed()
+
+    def _play_unplayed(self) -> None:
+        """Play every started, unplayed request in one batch and schedule its episodes' completions."""
+        requests, self.unplayed = self.unplayed, []
+        assert all(r.version == self.deployed_version for r in requests), "weights changed under a waiting request"
+        G = self.agent.group_size
         start = time.perf_counter()
-        rollouts = play(self.deployed, self.tokenizer, [task] * G, self.scenario.spec, generator=self.sampler,
-                        env_seeds=self.env_rng.integers(2**31, size=G).tolist(),
+        rollouts = play(self.deployed, self.tokenizer, [r.task for r in requests for _ in range(G)], self.scenario.spec,
+                        env_seeds=[s for r in requests for s in r.env_seeds],
+                        row_keys=[k for r in requests for k in r.row_keys],
                         temperature=self.spec.temperature, top_p=self.spec.top_p)
         self.wall["generate_s"] += time.perf_counter() - start
+        self.wall["generate_batches"] += 1
+        self.wall["generate_rows"] += len(rollouts)
         latency = self.scenario.spec.latency
-        version = self.deployed_version
-        for i, r in enumerate(rollouts):
+        for n, r in enumerate(rollouts):
+            request, i = requests[n // G], n % G
             prefill_s = latency.prefill_s_per_token * r.prompt_tokens
             decode_s = latency.decode_s_per_token * r.action_tokens
             duration = prefill_s + decode_s + r.env_s
             episode = Episode(
-                task=task,
+                task=request.task,
                 tokens_T=tuple(r.tokens_T),
                 action_mask_T=tuple(r.action_mask_T),
                 rollout_logp_T=tuple(r.logp_T),
-                version_T=tuple(version if m else -1 for m in r.action_mask_T),
+                version_T=tuple(request.version if m else -1 for m in r.action_mask_T),
                 reward=r.reward,
                 response=r.transcript,
                 group_id=request.id,
-                phase=str(task.metadata.get("phase")),
-                sim_start=now,
-                sim_end=now + duration,
+                phase=str(request.task.metadata.get("phase")),
+                sim_start=request.start,
+                sim_end=request.start + duration,
                 latency={"prefill_s": prefill_s, "decode_s": decode_s, "env_s": r.env_s},
                 grade_details=r.grade,
                 turns=r.turns,
@@ -301,7 +344,9 @@ class SimRuntime:
         self.learner_busy = False
         self.state.updates += 1
         if self.agent.version != self.deployed_version:
-            self.deployed.load_state_dict(self.agent.policy.state_dict())
+            with torch.no_grad():
+                for deployed, trained in zip(self.deployed.parameters(), self.agent.policy.parameters()):
+                    deployed.copy_(trained)
             self.deployed_version = self.agent.version
         self.on_update({"sim_time_s": self.state.now, "update": self.state.updates, "version": self.agent.version,
                         "episodes": self.state.consumed, **record})
