@@ -7,9 +7,9 @@ import pytest
 from gymnasium import spaces
 
 from sao_env.envs.base import make_task_env
-from sao_env.envs.python_tool import PythonToolEnv, parse_tool_call, tool_executor
+from sao_env.envs.python_tool import PythonToolEnv, parse_tool_call
 from sao_env.tasks import build_source
-from sao_env.tasks.tool_math import TOOL_APIS, TOOL_HINT
+from sao_env.tasks.tool_math import TOOL_APIS, TOOL_HINT, tool_executor
 from sao_env.types import Task, Turn
 
 isolated = pytest.mark.skipif(tool_executor().isolation != "bubblewrap",

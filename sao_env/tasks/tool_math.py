@@ -15,18 +15,29 @@ learn the interface from reward and relearn it when it drifts:
 - ``v3``: v1's names, but one list argument and a labelled string: ``mul([a, b])`` returns
   ``"result=56088"`` (a v1 call: ``TypeError``).
 
-``sao_env.envs.python_tool.PythonToolEnv`` plays these tasks (docs/math-envs.md).
+``run_tool_call`` runs one call in the sandbox with the version's module preloaded and returns
+the text that goes inside ``<out>``: the environment that plays these tasks
+(``sao_env.envs.python_tool.PythonToolEnv``, docs/math-envs.md) answers with it, and the
+demonstrations' error observations come from it too.
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sao_env.sandbox import ExecResult, Executor, Limits, LocalExecutor
+from sao_env.sandbox import warm
 from sao_env.tasks.arithmetic import OPERATORS
 from sao_env.types import Task, Turn
 
@@ -79,17 +90,115 @@ TOOL_APIS: dict[str, ToolAPI] = {
 """API version -> the tool module it preloads."""
 
 
+PREAMBLE = '__import__("sys").path.insert(0, "")\nfrom tools import *\n'
+"""Prepended to every call: ``TOOL_FLAGS`` leave the working directory off ``sys.path``."""
+
+SNIPPET = "snippet.py"
+"""The file a call's code is written to, next to ``tools.py``."""
+
+TOOL_LIMITS = Limits(memory_mb=512, nproc=16, output_bytes=16 * 1024, tmpfs_mb=16)
+"""Per-call limits: enough for arithmetic, small enough that a memory bomb fails at once."""
+
+TOOL_ENV = {"PYTHONHASHSEED": "0"}
+"""Fixed string hashing, so that printing a set gives the same text in every run."""
+
+TOOL_FLAGS = ("-s", "-S", "-P") if sys.version_info >= (3, 11) else ("-s", "-S")
+"""The interpreter's flags: ``-I -S`` (no site, no script folder on ``sys.path``) but for ``-E``,
+so that ``TOOL_ENV`` applies (the sandbox's environment holds nothing else from the host)."""
+
+CACHE_SIZE = 65536
+"""Calls whose output ``run_tool_call`` remembers (most recent first)."""
+
+_outputs: OrderedDict[tuple, str] = OrderedDict()
+_outputs_lock = threading.Lock()
+
+
+@lru_cache(maxsize=1)
+def tool_executor() -> LocalExecutor:
+    """The shared executor of tool calls (bubblewrap when it works here; no network)."""
+    return LocalExecutor(TOOL_LIMITS)
+
+
+def describe_result(result: ExecResult, timeout_s: float) -> str:
+    """The text inside ``<out>``: stdout on success, else stdout then the error's last line."""
+    if result.timed_out:
+        return f"TimeoutError: the call ran past {timeout_s:g} s (timeout)"
+    output = result.stdout.rstrip()
+    if result.returncode == 0:
+        return output
+    error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    error = error_lines[-1].strip() if error_lines else f"exit status {result.returncode}"
+    if result.reason and result.reason != "output truncated" and result.reason not in error:
+        error = f"{error} ({result.reason})"
+    return f"{output}\n{error}" if output else error
+
+
+def _warm_pool(api: str) -> warm.WarmPool:
+    source = TOOL_APIS[api].module_source()
+    return warm.shared_pool(("tool_math", api), lambda: warm.WarmInterpreter(
+        tool_executor(), flags=TOOL_FLAGS, preload=["tools"], library={"tools.py": source}, env=TOOL_ENV))
+
+
+def execute_tool_call(api: str, code: str, *, timeout_s: float, executor: Executor | None = None) -> ExecResult:
+    """Run one call in the sandbox: ``python TOOL_FLAGS snippet.py`` in a fresh working directory
+    holding ``tools.py`` of version ``api`` and the call (after ``PREAMBLE``). With ``executor`` None,
+    a warm interpreter of that version runs it (bubblewrap), else a fresh interpreter per call."""
+    files = {"tools.py": TOOL_APIS[api].module_source(), SNIPPET: PREAMBLE + code}
+    if executor is None and warm.available(tool_executor()):
+        return _warm_pool(api).run([SNIPPET], files, timeout_s=timeout_s, env=TOOL_ENV)
+    runner = executor if executor is not None else tool_executor()
+    workdir = Path(tempfile.mkdtemp(prefix="sao-tool-"))
+    try:
+        for name, text in files.items():
+            (workdir / name).write_text(text, encoding="utf-8")
+        return runner.run([getattr(runner, "python", "python3"), *TOOL_FLAGS, SNIPPET], workdir=workdir,
+                          timeout_s=timeout_s, env=dict(TOOL_ENV))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_tool_call(api: str, code: str, *, timeout_s: float = 2.0, max_output_chars: int = 200,
+                  executor: Executor | None = None) -> str:
+    """The observation text (inside ``<out>``) of running ``code`` with tool version ``api``: its
+    output or last error line (``describe_result``), cut to ``max_output_chars`` with a marker.
+
+    With the shared sandbox (``executor`` None) outputs are remembered per (api, code, timeout):
+    a call's output depends on nothing else, and held-out sets repeat the same calls at every
+    evaluation. Timeouts and sandbox failures are never remembered (they depend on the load).
+    """
+    key = (api, code, float(timeout_s))
+    text = None
+    if executor is None:
+        with _outputs_lock:
+            text = _outputs.get(key)
+            if text is not None:
+                _outputs.move_to_end(key)
+    if text is None:
+        result = execute_tool_call(api, code, timeout_s=timeout_s, executor=executor)
+        text = describe_result(result, timeout_s)
+        if executor is None and not result.timed_out and not (result.reason or "").startswith("sandbox"):
+            with _outputs_lock:
+                _outputs[key] = text
+                while len(_outputs) > CACHE_SIZE:
+                    _outputs.popitem(last=False)
+    if len(text) > max_output_chars:
+        text = text[:max_output_chars] + f"...[{len(text) - max_output_chars} more]"
+    return text
+
+
+def clear_tool_cache() -> None:
+    """Forget every remembered tool output (benchmarks measure uncached calls)."""
+    with _outputs_lock:
+        _outputs.clear()
+
+
 @lru_cache(maxsize=None)
 def wrong_call_output(api_version: str, wrong_version: str, op: str) -> str:
     """What the sandboxed tool answers when a task of ``api_version`` is called the way
     ``wrong_version`` would call it: the interpreter's error line (with its suggestions, e.g.
     ``Did you mean: 'sum'?``). It depends on the function and the argument shape, not on the
     operands, so it is run once per combination, for real, in the sandbox."""
-    from sao_env.envs.python_tool import PythonToolEnv
-
-    env = PythonToolEnv()
-    env.api = api_version
-    return env.run_tool(f"print({TOOL_APIS[wrong_version].call(op, 1, 2)})")
+    return run_tool_call(api_version, f"print({TOOL_APIS[wrong_version].call(op, 1, 2)})")
 
 
 def tool_call_action(code: str) -> str:
