@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import needs_shared_data
-from sao_env.envs import coding_tools as tools
+from sao_env.tasks import coding_tools as tools
 from sao_env.envs.base import make_task_env
 from sao_env.envs.swebench_env import apply_diff_argv, list_files_argv, read_file_argv, run_script_argv, write_file_argv
 from sao_env.errors import UserError

@@ -30,7 +30,7 @@ from typing import Any
 from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.sandbox import Executor
 from sao_env.scenario import LatencySpec
-from sao_env.envs import coding_tools as tools
+from sao_env.tasks import coding_tools as tools
 from sao_env.tasks.forge.grading import (
     DEFAULT_TIMEOUT_S,
     apply_patch,

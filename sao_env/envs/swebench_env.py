@@ -2,7 +2,7 @@
 
 The episode starts a container from the instance's SWE-bench image (``sweb.eval.x86_64.<id>``,
 pulled from the ``swebench`` namespace when missing) with the repository at ``/testbed`` on the
-base commit. The policy uses the coding command language of ``sao_env.envs.coding_tools`` with
+base commit. The policy uses the coding command language of ``sao_env.tasks.coding_tools`` with
 the same observations as ``RepoEnv``: ``view`` and ``edit`` read (and write back) the file in the
 container, ``diff`` runs ``git apply`` there, ``run_tests`` runs the instance's evaluation script,
 ``submit`` ends. At the end the model patch is ``git diff`` of the working tree against the base
@@ -23,7 +23,7 @@ import shlex
 from typing import Any
 
 from sao_env.benchmarks.swebench import grade_swebench, instance_row, make_test_spec, require_docker
-from sao_env.envs import coding_tools as tools
+from sao_env.tasks import coding_tools as tools
 from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.scenario import LatencySpec
 from sao_env.types import Task

@@ -3,8 +3,8 @@
 Modules: ``templates`` (the function kinds), ``repo`` (repository specs, rendering, in-process
 test runs, git SHAs and materialization), ``drift`` (the commits that evolve a repository),
 ``bugs`` (SWE-smith-style mutations), ``instances`` (an instance in SWE-bench's schema),
-``tools`` (view/edit, shared with ``RepoEnv``), ``grading`` (the sandboxed verdict) and
-``source`` (``ForgeSource``). See docs/coding.md.
+``grading`` (the sandboxed verdict) and ``source`` (``ForgeSource``, whose demonstrations speak
+``sao_env.tasks.coding_tools``, the command language ``RepoEnv`` answers). See docs/coding.md.
 """
 
 from __future__ import annotations

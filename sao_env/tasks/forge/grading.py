@@ -16,6 +16,7 @@ many tiny-model episodes end, are graded once.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -24,16 +25,18 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sao_env.sandbox import ExecResult, Executor, default_executor
+from sao_env.sandbox import ExecResult, Executor, default_executor, warm
 from sao_env.tasks.forge.repo import list_files, write_files
 from sao_env.types import GradeResult, Task
 
 DEFAULT_TIMEOUT_S = 10.0
-PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "COLUMNS": "120"}
-"""Plugins of the host venv are not loaded (0.45 s instead of 1.3 s a run); lines stay short."""
+PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "COLUMNS": "120", "PYTHONHASHSEED": "0"}
+"""Plugins of the host venv are not loaded (0.45 s instead of 1.3 s a run); lines stay short; sets
+print in the same order in every run (assertion messages reach ``run_tests`` observations)."""
 PYTEST_ARGS = ("-rA", "-q", "-p", "no:cacheprovider", "--rootdir=.")
 MAX_FILE_BYTES = 256 * 1024
 CACHE_SIZE = 8192
@@ -125,16 +128,37 @@ def apply_patch(files: Mapping[str, str], patch: str,
 
 # --- running tests ----------------------------------------------------------------------------
 
+@lru_cache(maxsize=1)
+def _pytest_modules() -> tuple[str, ...]:
+    """What a pytest run imports before it reads a test file: pytest, its built-in plugins and pdb."""
+    if importlib.util.find_spec("pytest") is None:
+        return ()
+    from _pytest.config import default_plugins
+
+    return ("pytest", *(f"_pytest.{name}" for name in default_plugins), "pdb")
+
+
+def _warm_pytest() -> warm.WarmPool:
+    return warm.shared_pool("forge-pytest", lambda: warm.WarmInterpreter(
+        default_executor(), flags=(), preload=_pytest_modules(), env=PYTEST_ENV))
+
+
 def run_pytest(files: Mapping[str, str], targets: list[str], *, timeout_s: float,
                executor: Executor | None = None, parent: Path | None = None) -> ExecResult:
-    """``python -m pytest -rA`` on ``targets`` in a fresh working copy of ``files`` (a new folder
-    under ``parent``, removed afterwards), in the sandbox."""
+    """``python -m pytest -rA`` on ``targets`` in a fresh working copy of ``files``, in the sandbox.
+
+    With ``executor`` None and bubblewrap here, a fork of a warm interpreter that imported pytest
+    once runs it (0.2-0.3 s instead of 0.7-0.9 s; the same log but for object addresses); else a
+    fresh interpreter in a new folder under ``parent`` (removed afterwards)."""
+    argv = ["-m", "pytest", *PYTEST_ARGS, *targets]
+    if executor is None and warm.available(default_executor()) and _pytest_modules():
+        return _warm_pytest().run(argv, files, timeout_s=timeout_s, env=PYTEST_ENV)
     executor = executor if executor is not None else default_executor()
     folder = Path(tempfile.mkdtemp(prefix="sao-forge-run-", dir=parent))
     try:
         write_files(folder, files)
-        argv = [getattr(executor, "python", "python3"), "-m", "pytest", *PYTEST_ARGS, *targets]
-        return executor.run(argv, workdir=folder, timeout_s=timeout_s, env=dict(PYTEST_ENV))
+        return executor.run([getattr(executor, "python", "python3"), *argv], workdir=folder, timeout_s=timeout_s,
+                            env=dict(PYTEST_ENV))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sao_env.envs import coding_tools as tools
+from sao_env.tasks import coding_tools as tools
 from sao_env.tasks.forge.bugs import BUG_KINDS
 from sao_env.tasks.forge.grading import DEFAULT_TIMEOUT_S
 from sao_env.tasks.forge.instances import ForgeInstance, build_instance, instance_kinds
