@@ -7,6 +7,8 @@ candidate styles, so what RL later learns about the hidden rewarded style is vis
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -61,17 +63,31 @@ def load_warm_started(
     path = cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
     if (path / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path), path
-    tokenizer = build_tokenizer(model_spec)
-    model = build_policy(model_spec, tokenizer, seed=spec.seed)
-    supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if path.exists():  # another process finished the same warm start first
-        shutil.rmtree(tmp)
-    else:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.with_name(path.name + ".lock")):  # one process trains, the others wait and read
+        if (path / "config.json").is_file():
+            return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path), path
+        tokenizer = build_tokenizer(model_spec)
+        model = build_policy(model_spec, tokenizer, seed=spec.seed)
+        supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if path.exists():  # left by an interrupted writer: replaced whole
+            shutil.rmtree(path)
         tmp.replace(path)
     return model, tokenizer, path
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    """An exclusive advisory lock on ``lock_path`` (flock), held for the block."""
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def supervised_warm_start(
