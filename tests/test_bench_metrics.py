@@ -10,12 +10,12 @@ import pytest
 from sao_env.benchmarks.metrics import (
     avg_at_k,
     by_category,
+    ci_half_width_95,
     confidence_interval_95,
     pass_at_k,
     pass_at_k_one,
     pass_at_k_table,
     summarize_scores,
-    t_quantile_975,
     token_stats,
 )
 
@@ -65,17 +65,16 @@ def test_pass_at_k_table_and_average():
     assert list(pass_at_k_table([1], [6])) == ["1", "2", "4", "6"]
 
 
-def test_t_quantiles_match_the_tables():
-    # textbook values of t(0.975, df)
-    for df, value in [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452), (99, 1.9842)]:
-        assert t_quantile_975(df) == pytest.approx(value, abs=1e-4)
-    assert t_quantile_975(100000) == pytest.approx(1.95996, abs=1e-4)  # -> the normal quantile
-
-
-def test_t_quantiles_match_scipy_when_available():
-    stats = pytest.importorskip("scipy.stats")
-    for df in (1, 3, 7, 15, 30, 100, 399):
-        assert t_quantile_975(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
+def test_half_widths_use_the_textbook_t_quantiles():
+    # two values 0, 1: s = sqrt(.5), se = s / sqrt(2) = .5, half = t(.975, 1) * .5 = 12.7062 * .5
+    assert ci_half_width_95([0.0, 1.0]) == pytest.approx(12.7062 * 0.5, abs=1e-4)
+    # values 0, 1 repeated to n = 10: s = sqrt(10 * .25 / 9) = .527046, se = .166667,
+    # half = t(.975, 9) * se = 2.2622 * .166667 = .377033
+    assert ci_half_width_95([0.0, 1.0] * 5) == pytest.approx(2.2622 * math.sqrt(2.5 / 9) / math.sqrt(10), abs=1e-4)
+    # n = 30 (a HMMT suite): t(.975, 29) = 2.0452
+    values = [0.0, 1.0] * 15
+    assert ci_half_width_95(values) == pytest.approx(2.0452 * math.sqrt(7.5 / 29) / math.sqrt(30), abs=1e-4)
+    assert ci_half_width_95([0.4]) is None
 
 
 def test_confidence_interval_by_hand():

@@ -6,16 +6,18 @@ sample ended by itself (end-of-sequence / stop) rather than at ``max_new_tokens`
 
 - ``transformers``: batched sampling with ``sao_env.policy.generate.sample`` (KV cache, left
   padding), on CUDA when available, else CPU; the prompt goes through the tokenizer's chat
-  template when it has one.
+  template when it has one; ``max_new_tokens`` is lowered (with a warning) so that the longest
+  prompt plus the response fits the model's context.
 - ``vllm``: offline ``vllm.LLM`` (imported only when selected; a UserError if not installed).
 - ``openai``: any OpenAI-compatible server (``vllm serve``, ...) through ``/v1/chat/completions``
-  or ``/v1/completions``, standard library only; one request per sample (seed + sample index),
-  several in flight at once.
+  or ``/v1/completions`` over pooled keep-alive connections (``_http``: ``Retry-After`` honoured,
+  a configurable retry budget); one request per sample (seed + sample index), several in flight.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,8 @@ class Generations:
     texts: list[list[str]]
     tokens: list[list[int | None]] = field(default_factory=list)
     finished: list[list[bool | None]] = field(default_factory=list)
+    max_new_tokens: int | None = None
+    """The response limit used: lower than the one asked for when prompt plus response would not fit."""
 
 
 class Backend(Protocol):
@@ -100,11 +104,7 @@ class TransformersBackend:
         encoded = [self.encode(p) for p in prompts]
         context = getattr(self.model.config, "max_position_embeddings", None)
         longest = max((len(e) for e in encoded), default=0)
-        if context is not None and longest + max_new_tokens > context:
-            raise UserError(
-                f"a prompt of {longest} tokens plus max_new_tokens {max_new_tokens} exceeds the model's "
-                f"context of {context} tokens; lower --max-new-tokens"
-            )
+        max_new_tokens = fit_to_context(longest, max_new_tokens, context)
         jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
         jobs.sort(key=lambda job: len(encoded[job[0]]))  # similar lengths batch together
         generator = torch.Generator().manual_seed(seed)
@@ -136,7 +136,21 @@ class TransformersBackend:
                 out.finished[i][j] = finished
             if progress:
                 progress(len(batch))
+        out.max_new_tokens = max_new_tokens
         return out
+
+
+def fit_to_context(longest_prompt: int, max_new_tokens: int, context: int | None) -> int:
+    """``max_new_tokens`` lowered so that the longest prompt plus the response fits ``context``
+    (with a warning); a UserError when the prompt alone does not fit."""
+    if context is None or longest_prompt + max_new_tokens <= context:
+        return max_new_tokens
+    if longest_prompt >= context:
+        raise UserError(f"a prompt of {longest_prompt} tokens does not fit the model's context of {context} tokens")
+    fitted = context - longest_prompt
+    warnings.warn(f"max_new_tokens {max_new_tokens} lowered to {fitted}: the longest prompt has {longest_prompt} "
+                  f"tokens and the model's context is {context}", UserWarning, stacklevel=3)
+    return fitted
 
 
 # ----------------------------------------------------------------------------- vLLM
@@ -195,7 +209,7 @@ class OpenAIBackend:
         api: Literal["chat", "completions"] = "chat",
         concurrency: int = 8,
         timeout_s: float = 3600.0,
-        retries: int = 3,
+        retries: int | None = None,
     ):
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1").rstrip("/")

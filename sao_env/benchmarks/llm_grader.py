@@ -2,7 +2,8 @@
 
 The judge, any OpenAI-compatible chat endpoint, sees the problem, the gold answer and the end of
 the response, and must finish with ``\\boxed{Correct}`` or ``\\boxed{Incorrect}``. Anything else
-grades 0 with reason ``judge-unparsed``. Standard library HTTP only (``_http.post_json``).
+grades 0 with reason ``judge-unparsed``. Requests go through ``_http.post_json`` (pooled connections,
+``Retry-After``, a retry budget: ``retries`` or ``$SAO_ENV_HTTP_RETRIES``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class LLMJudge:
     """Grades math responses with a judge model behind an OpenAI-compatible chat endpoint."""
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 concurrency: int = 8, max_response_chars: int = 6000, timeout_s: float = 300.0, retries: int = 3):
+                 concurrency: int = 8, max_response_chars: int = 6000, timeout_s: float = 300.0,
+                 retries: int | None = None):
         self.model = model or os.environ.get("SAO_ENV_GRADER_MODEL")
         if not self.model:
             raise UserError("--grader llm needs a judge model: pass --grader-model NAME (or set SAO_ENV_GRADER_MODEL)")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping, Sequence
 
+from sao_env.evaluation.stats import mean_ci95
+
 
 def avg_at_k(correct_P: Sequence[int], n_P: Sequence[int]) -> float:
     """Mean over problems of the fraction of correct samples."""
@@ -56,78 +58,21 @@ def pass_at_k_table(correct_P: Sequence[int], n_P: Sequence[int]) -> dict[str, f
     return {str(k): pass_at_k(correct_P, n_P, k) for k in ks}
 
 
-def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (bisection on the CDF)."""
-    if df < 1:
-        raise ValueError("df must be >= 1")
-    lo, hi = 0.0, 20.0
-    while _t_cdf(hi, df) < 0.975:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if _t_cdf(mid, df) < 0.975:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def _t_cdf(t: float, df: int) -> float:
-    """CDF of Student's t via the regularised incomplete beta function I_x(df/2, 1/2)."""
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b) by Lentz's continued fraction (Numerical Recipes 6.4)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    tiny = 1e-300
-    f, c, d = 1.0, 1.0, 0.0
-    for i in range(0, 400):
-        m = i // 2
-        if i == 0:
-            numerator = 1.0
-        elif i % 2 == 0:
-            numerator = (m * (b - m) * x) / ((a + 2.0 * m - 1.0) * (a + 2.0 * m))
-        else:
-            numerator = -((a + m) * (a + b + m) * x) / ((a + 2.0 * m) * (a + 2.0 * m + 1.0))
-        d = 1.0 + numerator * d
-        d = tiny if abs(d) < tiny else d
-        d = 1.0 / d
-        c = 1.0 + numerator / c
-        c = tiny if abs(c) < tiny else c
-        f *= c * d
-        if abs(1.0 - c * d) < 1e-15:
-            break
-    return math.exp(log_front) * (f - 1.0) / a
+def ci_half_width_95(values: Sequence[float]) -> float | None:
+    """Half-width of the unclipped Student-t interval over ``values`` (for ``mean +- half`` displays);
+    None with fewer than 2 values. The one interval of the project: ``sao_env.evaluation.stats.mean_ci95``."""
+    if len(values) < 2:
+        return None
+    return mean_ci95(list(values))[1]
 
 
 def confidence_interval_95(values: Sequence[float]) -> tuple[float | None, float | None]:
     """Student-t 95% interval of the mean of ``values`` (one per problem), clipped to [0, 1]."""
-    count = len(values)
-    if count < 2:
+    half = ci_half_width_95(values)
+    if half is None:
         return None, None
-    mean = sum(values) / count
-    variance = sum((v - mean) ** 2 for v in values) / (count - 1)
-    half = t_quantile_975(count - 1) * math.sqrt(variance / count)
+    mean = sum(values) / len(values)
     return max(0.0, mean - half), min(1.0, mean + half)
-
-
-def ci_half_width_95(values: Sequence[float]) -> float | None:
-    """Half-width of the unclipped Student-t interval (for ``mean +- half`` displays)."""
-    count = len(values)
-    if count < 2:
-        return None
-    mean = sum(values) / count
-    variance = sum((v - mean) ** 2 for v in values) / (count - 1)
-    return t_quantile_975(count - 1) * math.sqrt(variance / count)
 
 
 def summarize_scores(rewards_by_problem: Mapping[str, Sequence[float]]) -> dict:
