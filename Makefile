@@ -15,12 +15,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Tests also exercise the optional SWE-bench logic (swebench, no engine needed) and the sandbox,
-# which uses bubblewrap when it can be installed (root on Debian/Ubuntu) and rlimits otherwise.
+# which uses bubblewrap when it can be installed (root on Debian/Ubuntu) and rlimits otherwise;
+# the leaderboard site is opened in Debian's headless Chromium when it can be installed (else that test skips).
 $(TESTS): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[dev,swe]"
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || \
 	  echo "note: bubblewrap (bwrap) is not installed; the sandbox falls back to rlimits only"; }
+	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && (apt-get update -qq && \
+	  (apt-get install -y -qq --no-install-recommends chromium-headless-shell || \
+	   apt-get install -y -qq --no-install-recommends chromium) >/dev/null) || \
+	  echo "note: no headless Chromium; the leaderboard site's browser test will skip"; }
 	touch $(TESTS)
 
 install: $(STAMP)

@@ -75,25 +75,15 @@ def compare(
 
 
 def leaderboard(
-    runs: list[Path] = typer.Argument(..., help="Run directories, or folders containing them."),
-    out_dir: Path = typer.Option(Path("leaderboards"), "--out", help="Where to write the tables and the plot."),
+    runs: list[Path] = typer.Argument(..., help="Run directories, folders containing them, or leaderboard tables: per-seed <env>-runs.csv or aggregated <env>.csv."),
+    out_dir: Path = typer.Option(Path("leaderboards"), "--out", help="Where the tables, plots and index.html go."),
 ) -> None:
-    """Rebuild leaderboard tables and plots from finished run directories."""
-    from sao_env.leaderboard.plots import plot_adaptation
-    from sao_env.leaderboard.tables import load_summaries, write_leaderboard
+    """Rebuild leaderboard tables, plots and the site (index.html) from runs or committed tables."""
+    from sao_env.leaderboard import rebuild
 
-    found = sorted({p.parent for r in runs for p in ([r / "summary.json"] if (r / "summary.json").is_file() else r.rglob("summary.json"))})
-    if not found:
-        raise UserError(f"no finished run (summary.json) under {', '.join(map(str, runs))}")
-    summaries = load_summaries(found)
-    for env in sorted({s["env"] for s in summaries}):
-        mine = [s for s in summaries if s["env"] == env]
-        dirs: dict[str, list[Path]] = {}
-        for s in mine:
-            dirs.setdefault(s["agent"], []).append(Path(s["run_dir"]))
-        plot = plot_adaptation(dirs, out_dir / f"{env}.png")
-        md, _ = write_leaderboard(mine, out_dir, env, plot=plot)
+    for md in rebuild(runs, out_dir):
         console.print(f"wrote {md}")
+    console.print(f"site: {out_dir / 'index.html'}")
 
 
 def list_specs() -> None:

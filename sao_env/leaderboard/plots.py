@@ -1,8 +1,13 @@
-"""Adaptation-curve plots: current-phase accuracy against simulated hours, drifts marked."""
+"""Adaptation-curve plots: current-phase accuracy against simulated hours, drifts marked.
+
+One line per recipe: the mean over its seeds at each evaluation time, with a band that is the
+95% Student-t interval of that mean over seeds (clipped to [0, 1]; no band with one seed).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -10,10 +15,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from sao_env.evaluation.adaptation import current_accuracy  # noqa: E402
-from sao_env.scenario import Scenario, ScenarioSpec  # noqa: E402
+from sao_env.evaluation.stats import mean_ci95  # noqa: E402
+
+BAND = "95% t-interval over seeds"
+"""What the shaded band around each line is (also printed in the legend)."""
 
 
 def load_evals(run_dir: Path) -> list[dict]:
@@ -21,32 +29,73 @@ def load_evals(run_dir: Path) -> list[dict]:
 
 
 def plot_adaptation(runs: dict[str, list[Path]], path: Path, *, title: str | None = None) -> Path:
-    """One line per agent (mean over its seeds) with a min-max band when there are several seeds."""
+    """Plot run directories grouped by label (``{label: [run dirs]}``), e.g. one run's own curve."""
+    from sao_env.evaluation.adaptation import current_accuracy
+    from sao_env.leaderboard.tables import scenario_facts
+    from sao_env.scenario import Scenario, ScenarioSpec
+
     first = next(iter(runs.values()))[0]
-    scenario = Scenario(ScenarioSpec(**yaml.safe_load((Path(first) / "config.yaml").read_text())["env"]))
+    env = yaml.safe_load((Path(first) / "config.yaml").read_text())["env"]
+    scenario = Scenario(ScenarioSpec(**env))
+    points = []
+    for label, dirs in runs.items():
+        for seed, d in enumerate(dirs):
+            points += [(label, seed, t / 3600, a) for t, a in current_accuracy(load_evals(d), scenario)]
+    curves = pd.DataFrame(points, columns=["label", "seed", "sim_time_h", "accuracy"])
+    return plot_curves(curves, scenario_facts(env), path, title=title or f"{scenario.spec.name}: adaptation curves")
+
+
+def plot_curves(curves: pd.DataFrame, facts: dict, path: Path, *, title: str, order: list[str] | None = None) -> Path:
+    """Plot ``curves`` (label, seed, sim_time_h, accuracy) with the scenario's phases, drifts and
+    threshold from ``facts`` (``tables.scenario_facts``); lines in ``order`` (default: sorted labels)."""
+    labels = order or sorted(curves["label"].unique())
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    for i, (agent, dirs) in enumerate(sorted(runs.items())):
-        curves = [current_accuracy(load_evals(d), scenario) for d in dirs]
-        n = min(len(c) for c in curves)
-        t = np.array([p[0] for p in curves[0][:n]]) / 3600
-        acc = np.array([[p[1] for p in c[:n]] for c in curves])
-        color = f"C{i}"
-        ax.plot(t, acc.mean(0), color=color, label=f"{agent} (n={len(dirs)})", lw=2)
-        if len(dirs) > 1:
-            ax.fill_between(t, acc.min(0), acc.max(0), color=color, alpha=0.2, lw=0)
-    for w in scenario.windows[1:]:
-        ax.axvline(w.start_s / 3600, color="0.4", ls="--", lw=1)
-    for w in scenario.windows:
-        ax.text((w.start_s + w.end_s) / 2 / 3600, 1.02, w.name, ha="center", va="bottom", fontsize=9, color="0.3")
-    ax.axhline(scenario.spec.eval.recovery_threshold, color="0.7", ls=":", lw=1)
-    ax.set(xlabel="simulated hours", ylabel="held-out accuracy, current phase", ylim=(0, 1.08),
-           xlim=(0, scenario.duration_s / 3600))
-    ax.set_title(title or f"{scenario.spec.name}: adaptation curves", pad=16)
-    ax.legend(loc="lower right", fontsize=9)
+    for i, label in enumerate(labels):
+        mine = curves[curves["label"] == label]
+        if mine.empty:
+            continue
+        seeds = mine["seed"].nunique()
+        by_time = mine.groupby("sim_time_h")["accuracy"].apply(list).sort_index()
+        t = by_time.index.to_numpy(dtype=float)
+        stats = [mean_ci95(v) for v in by_time]
+        mean = np.array([m for m, _ in stats])
+        color = f"C{i % 10}"
+        ax.plot(t, mean, color=color, label=f"{label} (n={seeds})", lw=2)
+        half = np.array([h for _, h in stats])
+        if seeds > 1 and not np.all(np.isnan(half)):
+            ax.fill_between(t, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1), color=color, alpha=0.18, lw=0)
+    drifts = _floats(facts.get("drift_times_h"))
+    phases = str(facts.get("phases") or "").split(";")
+    duration = _float(facts.get("duration_h")) or (curves["sim_time_h"].max() if len(curves) else 1.0)
+    for d in drifts:
+        ax.axvline(d, color="0.4", ls="--", lw=1)
+    edges = [0.0, *drifts, duration]
+    if len(phases) == len(edges) - 1:
+        for name, start, end in zip(phases, edges[:-1], edges[1:]):
+            ax.text((start + end) / 2, 1.02, name, ha="center", va="bottom", fontsize=9, color="0.3")
+    threshold = _float(facts.get("recovery_threshold"))
+    if threshold is not None:
+        ax.axhline(threshold, color="0.6", ls=":", lw=1, label=f"recovery threshold {threshold:g}")
+    ax.set(xlabel="simulated hours", ylabel="held-out accuracy, current phase", ylim=(0, 1.08), xlim=(0, duration))
+    ax.set_title(title, pad=16)
+    handles, names = ax.get_legend_handles_labels()
+    legend = ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(3, len(names)),
+                       fontsize=8, title=f"line: mean over seeds; band: {BAND}", title_fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight", bbox_extra_artists=[legend])
     plt.close(fig)
     return path
+
+
+def _float(value) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def _floats(text) -> list[float]:
+    return [x for x in (_float(part) for part in str(text or "").split(";")) if x is not None]
