@@ -6,6 +6,7 @@ backend against a local HTTP server (127.0.0.1, started here) that returns canne
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import threading
@@ -64,7 +65,7 @@ def one_torch_thread():
 
 
 def test_eval_tiny_checkpoint_on_every_math_suite(run_dir, tmp_path, one_torch_thread):
-    out, board = tmp_path / "out", tmp_path / "leaderboards" / "benchmarks.md"
+    out, board = tmp_path / "out", tmp_path / "leaderboards"
     code = main(["eval", str(run_dir), "--suite", ",".join(MATH_SUITES), "--data", str(DATA), "--limit", "3",
                  "--k", "2", "--max-new-tokens", "16", "--out", str(out), "--leaderboard", str(board),
                  "--backend", "transformers", "--no-progress"])
@@ -91,35 +92,42 @@ def test_eval_tiny_checkpoint_on_every_math_suite(run_dir, tmp_path, one_torch_t
         regraded = grade_math_batch([(gold[s["id"]], s["response"]) for s in samples])
         assert [r.reward for r in regraded] == [s["reward"] for s in samples]
     assert set(_summary(out / "imo_answerbench")["by_category"]) == {"Algebra"}
-    rows = [line for line in board.read_text().splitlines() if line.startswith(f"| {run_dir.name}/final")]
-    assert len(rows) == len(MATH_SUITES)
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[:2] == [f"{run_dir.name}/final", "beyond_aime (3 of 100)"]
-    assert cells[3] == "2" and cells[5] == "math-verify" and len(cells[4]) == 10  # k, grader, YYYY-MM-DD
-    assert board.read_text().splitlines()[0] == "# Benchmarks"
+    # the opt-in leaderboard: one CSV row per (model, suite, k), the Markdown view and the site
+    rows = list(csv.DictReader((board / "benchmarks.csv").open()))
+    assert sorted(r["suite"] for r in rows) == sorted(MATH_SUITES)
+    beyond = next(r for r in rows if r["suite"] == "beyond_aime")
+    assert (beyond["model"], beyond["k"], beyond["problems"], beyond["suite_problems"]) == (
+        f"{run_dir.name}/final", "2", "3", "100")
+    assert float(beyond["avg_at_k"]) == pytest.approx(_summary(out / "beyond_aime")["accuracy"], abs=1e-6)
+    assert beyond["grader"] == "math-verify" and beyond["answer_fallback"] == "none" and beyond["code_version"]
+    lines = (board / "benchmarks.md").read_text().splitlines()
+    assert lines[0] == "# Benchmarks"
+    row = next(line for line in lines if line.startswith(f"| {run_dir.name}/final | beyond_aime |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:7] == ["2", "3 of 100", "6"] and cells[7] == "math-verify" and len(cells[9]) == 10
+    assert "beyond_aime" in (board / "index.html").read_text()
 
 
 def test_eval_named_checkpoint_and_bad_arguments(run_dir, tmp_path, capsys, one_torch_thread):
     code = main(["eval", str(run_dir), "--checkpoint", "step-10", "--suite", "hmmt_nov_2025", "--data", str(DATA),
-                 "--limit", "1", "--k", "1", "--max-new-tokens", "4", "--out", str(tmp_path), "--no-leaderboard",
-                 "--no-progress"])
+                 "--limit", "1", "--k", "1", "--max-new-tokens", "4", "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     assert _summary(tmp_path / "hmmt_nov_2025")["model"] == f"{run_dir.name}/step-10"
-    assert not (tmp_path / "leaderboards").exists()
+    assert not (tmp_path / "leaderboards").exists() and not Path("leaderboards/benchmarks.csv").exists()
 
     assert main(["eval", str(run_dir), "--checkpoint", "step-99", "--suite", "beyond_aime", "--data", str(DATA)]) == 2
     assert "no checkpoint 'step-99'; available: final, step-10" in capsys.readouterr().err
     assert main(["eval", str(run_dir), "--suite", "no_such_suite", "--data", str(DATA)]) == 2
     assert "unknown eval 'no_such_suite'" in capsys.readouterr().err
     assert main(["eval", str(run_dir), "--suite", "beyond_aime", "--data", str(DATA), "--backend", "tpu"]) == 2
-    assert "unknown backend 'tpu'" in capsys.readouterr().err
+    assert "'tpu' is not one of 'transformers', 'vllm', 'openai'" in capsys.readouterr().err
 
 
 def test_swebench_without_docker_is_one_line(run_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
     with pytest.warns(UserWarning, match="FAIL_TO_PASS"):  # the partial file loads for prompting only
         code = main(["eval", str(run_dir), "--suite", "swebench_verified", "--data", str(DATA), "--limit", "2",
-                     "--out", str(tmp_path / "out"), "--no-leaderboard"])
+                     "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("sao-env: error: no Docker engine reachable (")
@@ -209,7 +217,7 @@ def test_eval_through_an_openai_compatible_server(tmp_path, monkeypatch):
     with _CannedServer(_canned("beyond_aime")) as server:
         code = main(["eval", "served-model", "--suite", "beyond_aime", "--data", str(DATA), "--limit", "3",
                      "--k", "2", "--backend", "openai", "--base-url", server.url, "--out", str(tmp_path),
-                     "--leaderboard", str(tmp_path / "board.md"), "--no-progress"])
+                     "--leaderboard", str(tmp_path / "board"), "--no-progress"])
     assert code == 0
     summary = _summary(tmp_path / "beyond_aime")
     # per problem: 2/2, 1/2 (seed 0 right, seed 1 wrong), 0/2 -> avg@2 = (1 + .5 + 0) / 3 = .5
@@ -223,7 +231,7 @@ def test_eval_through_an_openai_compatible_server(tmp_path, monkeypatch):
     assert {(r["model"], r["seed"], r["auth"]) for r in server.requests} >= {("served-model", 0, "Bearer sk-test"),
                                                                              ("served-model", 1, "Bearer sk-test")}
     assert all(r["path"] == "/v1/chat/completions" and r["temperature"] == 1.0 for r in server.requests)
-    assert "| served-model | beyond_aime (3 of 100) | 50.0 ± 124.2 | 2 |" in (tmp_path / "board.md").read_text()
+    assert "| served-model | beyond_aime | 50.0 ± 124.2 | 66.7 | 2 | 3 of 100 | 6 |" in (tmp_path / "board" / "benchmarks.md").read_text()
 
 
 def test_completions_api_and_unordered_list_answers(tmp_path):
@@ -231,7 +239,7 @@ def test_completions_api_and_unordered_list_answers(tmp_path):
     with _CannedServer(_canned("hmmt_feb_2024", reverse_lists=True)) as server:
         code = main(["eval", "served-model", "--suite", "hmmt_feb_2024,imo_answerbench", "--data", str(DATA),
                      "--limit", "3", "--k", "2", "--backend", "openai", "--api", "completions", "--base-url",
-                     server.url, "--out", str(tmp_path), "--no-leaderboard", "--no-progress"])
+                     server.url, "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     assert all(r["path"] == "/v1/completions" for r in server.requests)
     hmmt = _summary(tmp_path / "hmmt_feb_2024")
@@ -253,7 +261,7 @@ def _write_predictions(path: Path, lines: list[tuple[str, str]]) -> Path:
 def test_grade_a_predictions_file(tmp_path):
     answers = {t.id: t.reference["answer"] for t in _tasks("beyond_aime")}
     predictions = _write_predictions(tmp_path / "preds.jsonl", [
-        ("0", f"\\boxed{{{answers['0']}}}"), ("0", f"so the answer is {answers['0']}"),
+        ("0", f"\\boxed{{{answers['0']}}}"), ("0", f"\\boxed{{{answers['0']}.0}}"),
         ("1", f"\\boxed{{{answers['1']}}}"), ("1", "\\boxed{-1}"),
         ("2", "no answer at all"), ("2", f"\\boxed{{{int(answers['2']) + 1}}}"),
     ])
@@ -296,3 +304,82 @@ def test_grade_with_an_llm_judge(tmp_path):
     samples = _jsonl(tmp_path / "g" / "samples.jsonl")
     assert [s["grader"] for s in samples] == ["llm:judge-model"] * 2
     assert all(r["model"] == "judge-model" and r["temperature"] == 0.0 for r in server.requests)
+
+
+# ----------------------------------------------------------------------------- the HTTP client
+
+
+class _ScriptedServer:
+    """HTTP/1.1 (keep-alive) server answering POSTs with scripted (status, headers) replies in turn,
+    then 200; records each request's client port (one port = one reused connection)."""
+
+    def __init__(self, script: list[tuple[int, dict]]):
+        self.script, self.ports = list(script), []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                server.ports.append(self.client_address[1])
+                status, headers = server.script.pop(0) if server.script else (200, {})
+                body = json.dumps({"ok": True} if status == 200 else {"error": "busy"}).encode()
+                self.send_response(status)
+                for key, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/chat/completions"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_http_client_honours_retry_after_and_reuses_its_connection():
+    from sao_env.benchmarks._http import post_json
+
+    waits: list[float] = []
+    script = [(429, {"Retry-After": "7"}), (503, {}), (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})]
+    with _ScriptedServer(script) as server:
+        assert post_json(server.url, {"x": 1}, sleep=waits.append) == {"ok": True}
+        for _ in range(3):
+            assert post_json(server.url, {"x": 2}, sleep=waits.append) == {"ok": True}
+    # Retry-After 7 s; no header: the back-off of the second try (1 s * 2^1); a date in the past: 0 s
+    assert waits == [7.0, 2.0, 0.0]
+    assert len(server.ports) == 7 and len(set(server.ports)) == 1  # seven requests over one kept-alive connection
+
+
+def test_http_client_retry_budget_is_configurable(monkeypatch):
+    from sao_env.benchmarks._http import RetryPolicy, parse_retry_after, post_json
+
+    waits: list[float] = []
+    with _ScriptedServer([(503, {"Retry-After": "1000"})] * 10) as server:
+        with pytest.raises(UserError, match=r"failed \(HTTP 503"):
+            post_json(server.url, {}, retries=2, sleep=waits.append)
+    assert len(server.ports) == 3 and waits == [120.0, 120.0]  # Retry-After capped at max_wait_s
+    monkeypatch.setenv("SAO_ENV_HTTP_RETRIES", "0")
+    with _ScriptedServer([(429, {})]) as server:
+        with pytest.raises(UserError, match="HTTP 429"):
+            post_json(server.url, {}, sleep=waits.append)
+    assert len(server.ports) == 1
+    with _ScriptedServer([(400, {})]) as server:  # a client error is not retried
+        with pytest.raises(UserError, match="HTTP 400"):
+            post_json(server.url, {}, retries=5, sleep=waits.append)
+    assert len(server.ports) == 1
+    assert RetryPolicy().retries == 8 and parse_retry_after("garbage") is None and parse_retry_after("2.5") == 2.5
+    monkeypatch.setenv("SAO_ENV_HTTP_RETRIES", "many")
+    with pytest.raises(UserError, match="SAO_ENV_HTTP_RETRIES"):
+        RetryPolicy.from_env()

@@ -120,17 +120,27 @@ def find_local_file(data: Path, suite: SuiteSpec) -> Path:
     raise UserError(f"--data {data}: no data file for suite {suite.name} (looked in {looked} and {data})")
 
 
+DATA_HINT = "pass --data PATH or set SAO_ENV_DATA=PATH (a local copy of the rows)"
+"""How to read a local copy instead (a training run, which has no --data option, gives its own hint)."""
+
+
+class DataUnreachable(UserError):
+    """The hub or the URL of a suite's rows could not be read; ``reason`` says why."""
+
+    def __init__(self, reason: str, hint: str = DATA_HINT):
+        self.reason = reason
+        super().__init__(f"{reason}; {hint}")
+
+
 def load_hub_rows(dataset: str, split: str) -> list[dict[str, Any]]:
-    """Rows of a hub dataset; no network (or no such dataset) is a one-line UserError."""
+    """Rows of a hub dataset; no network (or no such dataset) is a one-line DataUnreachable error."""
     try:
         import datasets
 
         table = datasets.load_dataset(dataset, split=split)
     except Exception as err:  # noqa: BLE001  (datasets raises many kinds when offline)
         reason = (str(err).strip().splitlines() or [""])[0][:160]
-        raise UserError(
-            f"cannot reach the Hugging Face hub for {dataset} ({type(err).__name__}: {reason}); pass --data PATH"
-        ) from err
+        raise DataUnreachable(f"cannot reach the Hugging Face hub for {dataset} ({type(err).__name__}: {reason})") from err
     return [dict(row) for row in table]
 
 
@@ -141,7 +151,7 @@ def fetch_url_text(url: str, *, what: str, timeout_s: float = 30.0) -> str:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310  (documented source)
             return response.read().decode("utf-8")
     except Exception as err:  # noqa: BLE001
-        raise UserError(f"cannot reach {url} for {what} ({type(err).__name__}: {err}); pass --data PATH") from err
+        raise DataUnreachable(f"cannot reach {url} for {what} ({type(err).__name__}: {err})") from err
 
 
 # ----------------------------------------------------------------------------- loaders

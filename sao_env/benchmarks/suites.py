@@ -66,6 +66,9 @@ class SuiteSpec(BaseModel):
     """Longest response, in tokens."""
     reported_as: str = ""
     """How papers report this suite (e.g. ``avg@16``), for the record."""
+    answer_fallback: Literal["none", "answer-is", "last-number"] = "none"
+    """Math suites: where an answer may come from besides the last ``\\boxed{}`` (none: the box only,
+    as MathArena grades; see sao_env/graders/math.py). Reported in every summary."""
 
     @model_validator(mode="after")
     def _check(self) -> "SuiteSpec":
@@ -78,6 +81,8 @@ class SuiteSpec(BaseModel):
             )
         if not used:
             raise ValueError(f"prompt_template has no placeholder; loader {self.loader!r} offers {sorted(fields)}")
+        if self.grader != "math" and self.answer_fallback != "none":
+            raise ValueError(f"answer_fallback applies to math suites only, not to grader {self.grader!r}")
         if GRADER_OF_LOADER[self.loader] != self.grader:
             raise ValueError(f"loader {self.loader!r} needs grader {GRADER_OF_LOADER[self.loader]!r}, not {self.grader!r}")
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -23,14 +24,46 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from sao_env import __version__
+        from sao_env.provenance import code_key, code_version
+
+        key = code_key(code_version())
+        typer.echo(f"sao-env {__version__}" + (f" ({key})" if not key.startswith("sao-env==") else ""))
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version (and the git commit of a checkout) and exit."),
+) -> None:
+    """Drifting environments, asynchronous RL agents (SAO, GRPO, ...) and benchmark evaluation."""
+
+
 from sao_env.cli import benchmarks, training  # noqa: E402  (each registers its commands on `app`)
 
 training.register(app)
 benchmarks.register(app)
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings meant for users (UserWarning) as ``sao-env: warning: ...``; others as Python formats them."""
+    if issubclass(category, UserWarning):
+        return f"sao-env: warning: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
+_format_warning = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script: user errors become one line on stderr and exit code 2."""
+    """Entry point of the console script: user errors become one line on stderr and exit code 2,
+    user warnings one line each."""
+    warnings.formatwarning = _one_line_warning
     try:
         app(args=argv, standalone_mode=False)
     except UserError as err:
@@ -47,4 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("sao-env: aborted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = _format_warning
     return 0

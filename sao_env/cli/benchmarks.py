@@ -3,30 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 
 from sao_env.errors import UserError
 
 
+Backend = Literal["transformers", "vllm", "openai"]
+GraderKind = Literal["rule", "llm"]
+Api = Literal["chat", "completions"]
+Fallback = Literal["none", "answer-is", "last-number"]
+FALLBACK_HELP = ("Where a math answer may come from besides the last \\boxed{}: none (the box only), answer-is, "
+                 "last-number (default: the suite's answer_fallback, none for every shipped suite).")
+
+
 def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model, grader_base_url,
-             grader_api_key, grading_timeout, leaderboard, progress):
+             grader_api_key, grading_timeout, leaderboard, progress, answer_fallback=None, http_retries=None):
     from sao_env.benchmarks.evaluate import EvalOptions
 
-    if grader not in ("rule", "llm"):
-        raise UserError(f"--grader must be rule or llm, not {grader!r}")
+    for flag, value in (("--k", k), ("--limit", limit), ("--max-new-tokens", max_new_tokens)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1")
+    if http_retries is not None and http_retries < 0:
+        raise UserError("--http-retries must be at least 0")
+    if leaderboard is not None:
+        from sao_env.leaderboard.benchmarks import check_folder
+
+        check_folder(leaderboard)
     judge = None
     if grader == "llm":
         from sao_env.benchmarks.llm_grader import LLMJudge
 
-        judge = LLMJudge(grader_model, base_url=grader_base_url, api_key=grader_api_key)
-    for flag, value in (("--k", k), ("--limit", limit), ("--max-new-tokens", max_new_tokens)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag} must be at least 1")
+        judge = LLMJudge(grader_model, base_url=grader_base_url, api_key=grader_api_key, retries=http_retries)
     return EvalOptions(k=k, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                        seed=seed, grader=grader, judge=judge, grading_timeout_s=grading_timeout,
-                       leaderboard=leaderboard, show_progress=progress)
+                       leaderboard=leaderboard, show_progress=progress, answer_fallback=answer_fallback)
 
 
 def _print_summaries(summaries: list[dict]) -> None:
@@ -35,16 +47,24 @@ def _print_summaries(summaries: list[dict]) -> None:
 
     console = Console()
     table = Table(title=f"{summaries[0]['model']}" if summaries else None)
-    for column in ("suite", "accuracy", "95% CI", "k", "problems", "grader"):
+    for column in ("suite", "accuracy", "95% CI", "k", "problems", "grader", "answer from"):
         table.add_column(column)
     for s in summaries:
         acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}%"
         ci = "n/a" if s["ci95_low"] is None else f"[{100 * s['ci95_low']:.1f}, {100 * s['ci95_high']:.1f}]"
-        table.add_row(s["suite"], acc, ci, str(s["k"]), str(s["problems"]), s["grader"])
+        source = {None: "-", "none": "last box", "answer-is": "box, answer is", "last-number": "box, answer is, last number"}
+        table.add_row(s["suite"], acc, ci, str(s["k"]), str(s["problems"]), s["grader"],
+                      source.get(s.get("answer_fallback"), str(s.get("answer_fallback"))))
     console.print(table)
     for s in summaries:
         if s.get("_out"):
             console.print(f"{s['suite']}: {s['_out']}/summary.json", soft_wrap=True)
+        if s.get("sanitized"):
+            console.print(f"{s['suite']}: {s['sanitized']} response(s) held invalid Unicode or NUL bytes "
+                          "(replaced by U+FFFD, then graded)", soft_wrap=True)
+    boards = sorted({s["_leaderboard"] for s in summaries if s.get("_leaderboard")})
+    if boards:
+        console.print(f"leaderboard: {', '.join(boards)} (and index.html beside it)", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -56,26 +76,27 @@ def register(app: typer.Typer) -> None:
         checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Checkpoint of a run directory (default: final)."),
         k: Optional[int] = typer.Option(None, "--k", help="Samples per problem (default: the suite's)."),
         limit: Optional[int] = typer.Option(None, "--limit", help="Evaluate only the first N problems of each suite."),
-        backend: str = typer.Option("transformers", "--backend", help="transformers | vllm | openai."),
+        backend: Backend = typer.Option("transformers", "--backend", help="Generation backend."),
         max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Longest response (default: the suite's)."),
         temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default: the suite's)."),
         top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus mass (default: the suite's)."),
         seed: int = typer.Option(0, "--seed", help="Sampling seed."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output folder; each suite writes <out>/<suite>/ (default: RUN_DIR/benchmarks/<checkpoint> or results/benchmarks/<model>)."),
-        grader: str = typer.Option("rule", "--grader", help="rule (math-verify) | llm (a judge model, for IMO-AnswerBench)."),
+        grader: GraderKind = typer.Option("rule", "--grader", help="rule (math-verify) or llm (a judge model, for IMO-AnswerBench)."),
+        answer_fallback: Optional[Fallback] = typer.Option(None, "--answer-fallback", help=FALLBACK_HELP),
         grader_model: Optional[str] = typer.Option(None, "--grader-model", help="Judge model for --grader llm (env SAO_ENV_GRADER_MODEL)."),
         grader_base_url: Optional[str] = typer.Option(None, "--grader-base-url", help="Judge endpoint, OpenAI-compatible (env OPENAI_BASE_URL)."),
         grader_api_key: Optional[str] = typer.Option(None, "--grader-api-key", help="Judge API key (env OPENAI_API_KEY)."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Server for --backend openai (env OPENAI_BASE_URL; default http://127.0.0.1:8000/v1)."),
         api_key: Optional[str] = typer.Option(None, "--api-key", help="Key for --backend openai (env OPENAI_API_KEY)."),
-        api: str = typer.Option("chat", "--api", help="--backend openai: chat (/v1/chat/completions) or completions (/v1/completions)."),
+        api: Api = typer.Option("chat", "--api", help="--backend openai: chat (/v1/chat/completions) or completions (/v1/completions)."),
+        http_retries: Optional[int] = typer.Option(None, "--http-retries", help="Retries of a failed request to a server or judge (429, 5xx, connection errors; Retry-After honoured). Default 8, or $SAO_ENV_HTTP_RETRIES."),
         batch_size: int = typer.Option(16, "--batch-size", help="--backend transformers: sequences sampled together."),
         concurrency: int = typer.Option(8, "--concurrency", help="--backend openai: requests in flight."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="--backend vllm: GPUs per model."),
         grading_timeout: float = typer.Option(5.0, "--grading-timeout", help="Seconds one math comparison may take (then it grades 0)."),
         model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in results and the leaderboard (default: derived from MODEL)."),
-        leaderboard: Path = typer.Option(Path("leaderboards/benchmarks.md"), "--leaderboard", help="Markdown file the result rows are appended to."),
-        no_leaderboard: bool = typer.Option(False, "--no-leaderboard", help="Do not append leaderboard rows."),
+        leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also record the results in this leaderboard folder (benchmarks.csv, one row per model, suite and k; benchmarks.md; index.html), e.g. leaderboards."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
     ) -> None:
         """Evaluate a checkpoint or model on benchmark suites (avg@k, pass@k, 95% CI)."""
@@ -83,10 +104,11 @@ def register(app: typer.Typer) -> None:
         from sao_env.benchmarks.suites import parse_suite_list
 
         options = _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model,
-                           grader_base_url, grader_api_key, grading_timeout,
-                           None if no_leaderboard else leaderboard, progress)
+                           grader_base_url, grader_api_key, grading_timeout, leaderboard, progress,
+                           answer_fallback, http_retries)
         backend_options = {"batch_size": batch_size, "base_url": base_url, "api_key": api_key, "api": api,
-                           "concurrency": concurrency, "tensor_parallel_size": tensor_parallel_size}
+                           "concurrency": concurrency, "tensor_parallel_size": tensor_parallel_size,
+                           "retries": http_retries}
         summaries = run_eval(model, parse_suite_list(suite), data=data, checkpoint=checkpoint, backend=backend,
                              backend_options=backend_options, options=options, out=out, model_name=model_name)
         _print_summaries(summaries)
@@ -94,23 +116,25 @@ def register(app: typer.Typer) -> None:
     @app.command("grade")
     def grade_command(
         suite: str = typer.Option(..., "--suite", "-s", help="The suite the predictions answer (evals/*.yaml)."),
-        predictions: Path = typer.Option(..., "--predictions", help="JSONL with 'id' and 'response'; several lines per id = k samples."),
+        predictions: Path = typer.Option(..., "--predictions", help="JSONL lines {'id', 'response'} (several per id = k samples), or swebench predictions ({'instance_id', 'model_name_or_path', 'model_patch'}, JSONL or a JSON list)."),
         out: Path = typer.Option(..., "--out", help="Output folder (samples.jsonl, summary.json)."),
         data: Optional[str] = typer.Option(None, "--data", help="Local data file or folder instead of the hub."),
-        grader: str = typer.Option("rule", "--grader", help="rule (math-verify) | llm (a judge model)."),
+        grader: GraderKind = typer.Option("rule", "--grader", help="rule (math-verify) or llm (a judge model)."),
+        answer_fallback: Optional[Fallback] = typer.Option(None, "--answer-fallback", help=FALLBACK_HELP),
         grader_model: Optional[str] = typer.Option(None, "--grader-model", help="Judge model for --grader llm."),
         grader_base_url: Optional[str] = typer.Option(None, "--grader-base-url", help="Judge endpoint (env OPENAI_BASE_URL)."),
         grader_api_key: Optional[str] = typer.Option(None, "--grader-api-key", help="Judge API key (env OPENAI_API_KEY)."),
         grading_timeout: float = typer.Option(5.0, "--grading-timeout", help="Seconds one math comparison may take."),
-        model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in the summary (default: the predictions file name)."),
-        leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also append a row to this markdown file."),
+        model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in the summary (default: swebench's model_name_or_path, else the predictions file name)."),
+        leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also record the result in this leaderboard folder (benchmarks.csv, benchmarks.md, index.html)."),
+        http_retries: Optional[int] = typer.Option(None, "--http-retries", help="Retries of a failed judge request (default 8, or $SAO_ENV_HTTP_RETRIES)."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     ) -> None:
         """Grade saved responses for one suite and write samples.jsonl and summary.json."""
         from sao_env.benchmarks.runner import run_grade
 
         options = _options(None, None, None, None, None, 0, grader, grader_model, grader_base_url,
-                           grader_api_key, grading_timeout, leaderboard, progress)
+                           grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries)
         summary = run_grade(suite, predictions, out=out, data=data, model_name=model_name, options=options)
         summary["_out"] = str(out)
         _print_summaries([summary])

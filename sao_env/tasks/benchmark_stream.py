@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sao_env.benchmarks.loaders import DATA_ENV_VAR, make_loader
+from sao_env.benchmarks.loaders import DATA_ENV_VAR, DataUnreachable, make_loader
 from sao_env.benchmarks.suites import list_specs, load_suite
 from sao_env.errors import UserError
 from sao_env.types import Task
@@ -131,7 +131,11 @@ class BenchmarkSource:
         self.params = params
         self.name = name
         self.suites = resolve_suites(params.suite)
-        tasks = list(load_suite_tasks(self.suites, params.data or os.environ.get(DATA_ENV_VAR)))
+        try:
+            tasks = list(load_suite_tasks(self.suites, params.data or os.environ.get(DATA_ENV_VAR)))
+        except DataUnreachable as err:  # `run` has no --data option: say how a run reads a local copy
+            raise DataUnreachable(err.reason, f"set {DATA_ENV_VAR}=PATH (a folder or file holding the rows, e.g. "
+                                              "../shared/data) or the source's params.data") from None
         if params.categories is not None:
             wanted = {normalise_category(c) for c in params.categories}
             present = sorted({c for t in tasks for c in task_categories(t)})
