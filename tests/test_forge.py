@@ -19,7 +19,15 @@ from sao_env.tasks.forge import (
     materialize,
 )
 from sao_env.tasks.forge.drift import history
-from sao_env.tasks.forge.grading import grade_forge, run_pytest
+from sao_env.tasks.forge.grading import (
+    apply_patch,
+    clear_caches,
+    grade_files,
+    grade_forge,
+    patched_paths,
+    run_pytest,
+    with_test_patch,
+)
 from sao_env.tasks.forge.instances import unified_diff
 from sao_env.tasks.forge.repo import render, run_tests_in_process
 
@@ -73,6 +81,34 @@ def test_empty_patch_resolves_none_and_every_kind_fails_a_fail_to_pass_test(task
         assert set(empty.details["pass_to_pass"].values()) <= {"PASSED"}
         failing_kinds.add(task.metadata["bug_kind"])
     assert failing_kinds == set(BUG_KINDS)
+
+
+def test_the_test_patch_applied_once_per_instance_equals_applying_it_to_each_tree(tasks):
+    for task in tasks[:6]:
+        ref = task.reference
+        bug, package = ref["bug"], ref["package"]
+        lines = ref["files"][bug["path"]].splitlines()
+        lines[bug["line"] - 1] = bug["fixed"]
+        trees = [dict(ref["files"]), {**ref["files"], bug["path"]: "\n".join(lines) + "\n"},
+                 {**ref["files"], f"{package}/extra.py": "X = 1\r\nY = 2\r"}]
+        assert patched_paths(ref["test_patch"]) == {ref["test_patch"].split("\n")[0].split(" b/")[-1]}
+        for tree in trees:
+            assert with_test_patch(ref, tree) == apply_patch(tree, ref["test_patch"])
+    ref = tasks[0].reference
+    inside = dict(ref, test_patch=unified_diff(ref["bug"]["path"], ref["files"][ref["bug"]["path"]], "x = 1\n"))
+    assert with_test_patch(inside, ref["files"]) == apply_patch(ref["files"], inside["test_patch"])
+    broken = dict(ref, instance_id="broken", test_patch="--- a/tests/none.py\n+++ b/tests/none.py\n@@ -1 +1 @@\n-a\n+b\n")
+    files, error = with_test_patch(broken, ref["files"])
+    assert files is None and error
+    assert patched_paths('diff --git "a/x y" "b/x y"\n--- "a/x y"\n+++ "b/x y"\n') is None
+
+
+def test_a_verdict_holds_no_wall_clock_and_regrading_gives_the_same(tasks):
+    ref = tasks[3].reference
+    first = grade_files(ref, ref["files"])
+    clear_caches()
+    assert grade_files(ref, ref["files"]) == first
+    assert first.reward == 0.0 and "duration_s" not in first.details
 
 
 def test_fail_to_pass_fails_in_process_before_the_fix_and_passes_after(tasks):

@@ -46,14 +46,17 @@ _TIMING = re.compile(r"\s+in [\d.]+s.*$")
 
 _grades: OrderedDict[tuple, GradeResult] = OrderedDict()
 _runs: OrderedDict[tuple, str] = OrderedDict()
+_test_trees: OrderedDict[tuple, tuple] = OrderedDict()
 _lock = threading.Lock()
 
 
 def clear_caches() -> None:
-    """Forget every cached verdict and test-run observation (benchmarks measure uncached runs)."""
+    """Forget every cached verdict, test-run observation and test-patched tree (benchmarks measure
+    uncached runs)."""
     with _lock:
         _grades.clear()
         _runs.clear()
+        _test_trees.clear()
 
 
 def _remember(cache: OrderedDict, key: tuple, value: Any) -> Any:
@@ -211,6 +214,47 @@ def graded_tree(reference: Mapping[str, Any], files: Mapping[str, str]) -> dict[
     return dict(sorted(tree.items()))
 
 
+def patched_paths(patch: str) -> set[str] | None:
+    """The files a unified diff touches (both sides of each ``diff --git`` / ``---``/``+++`` pair),
+    or None when it has a header this reading does not know (quoted names, renames, binary)."""
+    paths: set[str] = set()
+    for line in patch.splitlines():
+        if line.startswith(("rename ", "copy ", "Binary ", "GIT binary")):
+            return None
+        if line.startswith(("--- ", "+++ ")):
+            name = line[4:].split("\t")[0].strip()
+            if name.startswith('"'):
+                return None
+            if name != "/dev/null":
+                paths.add(name[2:] if name.startswith(("a/", "b/")) else name)
+    return paths
+
+
+def with_test_patch(reference: Mapping[str, Any], tree: Mapping[str, str],
+                    parent: Path | None = None) -> tuple[dict[str, str] | None, str]:
+    """``apply_patch(tree, test_patch)``, with the patch applied once per instance when it touches
+    only files outside the package: those are the instance's own in every graded tree
+    (``graded_tree``), so the result is the patched base files plus the tree's package."""
+    patch = reference.get("test_patch", "")
+    package = reference["package"] + "/"
+    paths = patched_paths(patch)
+    if not patch.strip() or paths is None or any(p.startswith(package) for p in paths):
+        return apply_patch(tree, patch, parent)
+    key = (reference["instance_id"], reference["base_commit"], hashlib.sha256(patch.encode()).hexdigest())
+    outside = _recall(_test_trees, key)
+    if outside is None:
+        base = {path: text for path, text in reference["files"].items() if not path.startswith(package)}
+        outside = _remember(_test_trees, key, apply_patch(base, patch, parent))
+    patched, error = outside
+    if patched is None:
+        return None, error
+    # what apply_patch's read-back of the package gives: newlines normalised, big files dropped
+    mine = {path: text.replace("\r\n", "\n").replace("\r", "\n") for path, text in tree.items()
+            if path.startswith(package)}
+    mine = {path: text for path, text in mine.items() if len(text.encode("utf-8")) <= MAX_FILE_BYTES}
+    return dict(sorted({**patched, **mine}.items())), ""
+
+
 def _failure(reference: Mapping[str, Any], reason: str, **extra: Any) -> GradeResult:
     return GradeResult(0.0, {"instance_id": reference["instance_id"], "resolved": False, "reason": reason,
                              "resolution": "RESOLVED_NO", "fail_to_pass": {}, "pass_to_pass": {}, **extra})
@@ -229,7 +273,7 @@ def grade_files(reference: Mapping[str, Any], files: Mapping[str, str], *, timeo
     cached = _recall(_grades, key)
     if cached is not None:
         return cached
-    tree_with_tests, error = apply_patch(tree, reference.get("test_patch", ""), parent)
+    tree_with_tests, error = with_test_patch(reference, tree, parent)
     if tree_with_tests is None:
         return _remember(_grades, key, _failure(reference, "test-patch-not-applied", error=error))
     f2p, p2p = list(reference["FAIL_TO_PASS"]), list(reference["PASS_TO_PASS"])
@@ -248,8 +292,7 @@ def grade_files(reference: Mapping[str, Any], files: Mapping[str, str], *, timeo
     details = {"instance_id": reference["instance_id"], "resolved": resolved, "reason": reason,
                "resolution": resolution,
                "fail_to_pass": {test: statuses.get(test, "MISSING") for test in f2p},
-               "pass_to_pass": {test: statuses.get(test, "MISSING") for test in p2p},
-               "duration_s": round(result.duration_s, 3)}
+               "pass_to_pass": {test: statuses.get(test, "MISSING") for test in p2p}}
     return _remember(_grades, key, GradeResult(1.0 if resolved else 0.0, details))
 
 
