@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from sao_env.cli import main
-from sao_env.leaderboard import rebuild, write_scenario_outputs
+from sao_env.leaderboard import rebuild, write_scenario_outputs, write_table_outputs
 from sao_env.leaderboard.benchmarks import record_benchmark
 from sao_env.leaderboard.site import write_site
 from sao_env.leaderboard.tables import board_from_csv
@@ -38,6 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 CODE = {"git_commit": "a" * 40, "dirty": False, "diff_sha256": None, "sao_env": "0.1.0"}
 STYLE_DRIFT = load_yaml(find_spec("envs", "style-drift"))
 TIMES_H = [round(0.02 * i, 2) for i in range(31)]  # style-drift: evaluations every 0.02 h over 0.6 h
+LEGACY_CSV = """agent,algorithm,seeds,online_reward,online_reward_ci95,auc,auc_ci95,recovery_h/3_tag,recovery_h/3_tag_ci95,recovery_h/3_tag_missed,episodes_per_hour,episodes_per_hour_ci95
+grpo,grpo,1,0.445259,,0.448437,,0.07,,0,3160,
+sao,sao,1,0.27326,,0.292448,,0.17,,0,2255,
+"""
+"""An aggregated table in the format written before per-seed tables (no seeds, labels, hashes or versions)."""
 
 
 def _rows(path: Path) -> list[dict]:
@@ -90,7 +95,7 @@ def site(tmp_path, runs) -> Path:
     style-drift table under another scenario name, and two benchmark evaluations of one model."""
     board = tmp_path / "board"
     write_scenario_outputs(runs, board, "style-drift")
-    shutil.copyfile(REPO / "leaderboards" / "style-drift.csv", board / "committed-drift.csv")
+    (board / "committed-drift.csv").write_text(LEGACY_CSV)
     shutil.copyfile(REPO / "leaderboards" / "style-drift.png", board / "committed-drift.png")
     for k, accuracy in ((2, 0.25), (2, 0.5)):  # the same (model, suite, k) twice: the second replaces the first
         record_benchmark(board, {"model": "m", "suite": "beyond_aime", "k": k, "accuracy": accuracy,
@@ -170,13 +175,18 @@ def test_leaderboard_rebuilds_the_same_tables_from_the_per_seed_csv(tmp_path, ru
 
 
 def test_the_older_aggregated_csv_is_read_with_unknowns_stated(tmp_path):
-    board = board_from_csv(REPO / "leaderboards" / "style-drift.csv")
+    (tmp_path / "style-drift.csv").write_text(LEGACY_CSV)
+    board = board_from_csv(tmp_path / "style-drift.csv")
     assert board.env == "style-drift" and board.records is None
-    assert set(board.frame["label"]) == {"sao", "grpo"}
-    assert board.facts["duration_h"] == 0.6 and board.facts["recovery_threshold"] == 0.6
+    assert list(board.frame["label"]) == ["grpo", "sao"] and list(board.frame["rank"]) == [1, 2]
+    assert board.facts["duration_h"] == 0.6 and board.facts["recovery_threshold"] == 0.6  # from envs/style-drift.yaml
     assert any("envs/style-drift.yaml" in n for n in board.notes)
-    if "seed_list" not in _rows(REPO / "leaderboards" / "style-drift.csv")[0]:
-        assert set(board.frame["seed_list"]) == {"?"}
+    assert set(board.frame["seed_list"]) == {"?"} and set(board.frame["overrides"]) == {"?"}
+    md = write_table_outputs(tmp_path / "style-drift.csv", tmp_path / "out")["md"]
+    text = md.read_text()
+    assert "| 1 | grpo | 1 | 0.445 | 0.448 | 0.070 |" in text and "not recorded by the input table (1 per row)" in text
+    # the committed table, whichever format it has now, is read too
+    assert set(board_from_csv(REPO / "leaderboards" / "style-drift.csv").frame["recipe"]) == {"sao", "grpo"}
 
 
 def test_bad_tables_are_one_line_errors(tmp_path, capsys):
@@ -250,8 +260,7 @@ def test_the_page_is_self_contained_and_states_everything(site):
     drift = page.tables["table-style-drift"]
     assert [row[1] for row in drift[1:]] == ["sao (agent.hparams.lr=3e-5)", "sao", "grpo"]
     assert drift[2][3] == "0.600 ± 0.248" and drift[2][2] == "3 (0, 1, 2)"
-    committed = {r["agent"] for r in _rows(REPO / "leaderboards" / "style-drift.csv")}
-    assert {row[1] for row in page.tables["table-committed-drift"][1:]} == committed
+    assert [row[1] for row in page.tables["table-committed-drift"][1:]] == ["grpo", "sao"]
     summary = page.tables["summary-table"]
     assert summary[0][2:] == ["committed-drift", "style-drift"]
     assert any(row[0] == "sao" and row[3].startswith("0.600 ± 0.248 #2 of 3") for row in summary)
