@@ -210,3 +210,25 @@ def test_warm_pytest_sees_only_its_own_tree():
         interp.close()
     assert first.returncode == 0 and "PASSED test_a.py::test_a" in first.stdout
     assert second.returncode == 1 and "FAILED test_b.py::test_b" in second.stdout and "test_a" not in second.stdout
+
+
+@needs_bwrap
+def test_a_forked_harness_starts_its_own_server_and_leaves_the_parents_alone(interpreter):
+    import os
+
+    assert call(interpreter, "print(1)").stdout == "1\n"
+    assert run_tool_call("v1", "print(mul(7, 8))", timeout_s=1.5) == "56"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child answers through the pipe and never returns into pytest
+        try:
+            text = call(interpreter, "print(mul(4, 5))").stdout + run_tool_call("v1", "print(mul(9, 9))", timeout_s=1.7)
+            os.write(write, f"{text}|{interpreter.starts}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1000).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == "20\n81|2"
+    assert call(interpreter, "print(mul(5, 5))").stdout == "25\n" and interpreter.starts == 1

@@ -81,6 +81,7 @@ class WarmInterpreter:
         self.starts = 0
         """Servers started so far (1 unless a call killed one)."""
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._proc: subprocess.Popen | None = None
         self._lib: Path | None = None
         self._run: Path | None = None
@@ -125,6 +126,8 @@ class WarmInterpreter:
             self.close_locked()
 
     def close_locked(self) -> None:
+        if self._pid != os.getpid():
+            return
         if self._proc is not None:
             _kill(self._proc)
             self._proc = None
@@ -148,6 +151,8 @@ class WarmInterpreter:
 
     def _ensure_started(self) -> str | None:
         """Start the server unless it runs; None, or the ``reason`` of a failed start."""
+        if self._pid != os.getpid():  # a forked copy of the harness: the server is the parent's
+            self._proc, self._lib, self._run, self._buffer, self._pid = None, None, None, b"", os.getpid()
         if self.alive:
             return None
         self.close_locked()
@@ -260,6 +265,17 @@ def shared_pool(key: Hashable, factory: Callable[[], WarmInterpreter]) -> WarmPo
         if pool is None:
             pool = _pools[key] = WarmPool(factory)
         return pool
+
+
+def _after_fork_in_child() -> None:
+    """A forked harness starts its own servers (and its own starter thread, which fork does not copy)."""
+    global _SPAWNER, _pools_lock
+    _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sao-warm-start")
+    _pools_lock = threading.Lock()
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
