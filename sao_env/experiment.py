@@ -1,25 +1,43 @@
 """One run: a scenario, an agent recipe and a seed -> a run directory.
 
+Where runs go: ``runs/<env>/<label>/seed<N>``. The label is the recipe's name when the resolved
+configuration (seed apart) is the recipe's own, and ``<name>+<8 hex digits>`` (a hash of the
+resolved configuration without its seed) when overrides change it, so runs of different
+configurations never share a directory while every seed of one configuration shares a folder.
+
 Run directory layout:
-  config.yaml        the resolved configuration (scenario, recipe, seed)
+  config.yaml        the resolved configuration with every default expanded (scenario, recipe and
+                     algorithm hyper-parameters, source parameters, seed), then ``provenance``: its
+                     hash, label and overrides, the code version, package versions, datasets read
   metrics.jsonl      one line per learner update (actor/*, critic/*, async/*, train/*, perf/*)
                      and per evaluation (eval/*); simulated quantities only, byte-identical per seed
   evals.jsonl        held-out evaluations at fixed simulated times
   episodes.jsonl     one line per completed episode (phase, reward, grade, version, times)
-  summary.json       adaptation metrics, throughput, staleness, masked fraction
+  summary.json       adaptation metrics, throughput, staleness, masked fraction, provenance;
+                     removed when a run starts and written last (atomically): present = finished
   splits.json        train/held-out split of each benchmark-stream source (only when there is one)
   timings.json       wall-clock figures (not deterministic, kept apart)
   adaptation.png     the run's adaptation curve
   checkpoints/final  the final policy, Hugging Face format (save_pretrained, tokenizer included)
+  tensorboard/ wandb/  tracker mirrors of metrics.jsonl (only with ``loggers``)
+
+A file that cannot be written (full disk, read-only or unwritable directory) is a ``UserError``
+naming the path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import multiprocessing
+import os
+import shutil
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -33,9 +51,12 @@ from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.leaderboard.plots import plot_adaptation
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
+from sao_env.provenance import code_key, code_version, config_hash, datasets_read, package_versions, short
 from sao_env.runtime.sim import RuntimeSpec, SimRuntime
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
+from sao_env.tasks import source_class
+from sao_env.trackers import open_trackers
 
 
 class AgentRecipe(BaseModel):
@@ -137,40 +158,198 @@ def build_agent(config: RunConfig, scenario: Scenario, *, show_progress: bool = 
     return algo(policy, tokenizer, build_agent_config(config.agent), dis_band=scenario.spec.dis_band)
 
 
+def expand_config(config: RunConfig) -> dict:
+    """The configuration as plain data with every default written out: the recipe's hyper-parameters
+    through the algorithm's config class and each source's parameters through its ``Params`` model."""
+    data = config.model_dump(mode="json")
+    data["agent"]["hparams"] = build_agent_config(config.agent).model_dump(mode="json")
+    for phase in data["env"]["phases"]:
+        for source in phase["sources"]:
+            source["params"] = source_class(source["name"]).Params(**source["params"]).model_dump(mode="json")
+    return data
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    """The RunConfig a run directory's ``config.yaml`` records (its provenance block set aside)."""
+    data = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    data.pop("provenance", None)
+    return RunConfig(**data)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run to make or reuse: its configuration, where it goes and what identifies it."""
+
+    config: RunConfig
+    label: str
+    """Directory name and leaderboard label: the recipe's name, ``+<hash>`` when overrides change it."""
+    overrides: tuple[str, ...]
+    """The ``key.sub=value`` overrides as given (recorded; the hash, not this text, decides reuse)."""
+    config_hash: str
+    """sha256 of the expanded configuration (``expand_config``)."""
+    out: Path
+
+
+def plan_run(env: str, agent: str, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), *,
+             runs_dir: Path = Path("runs"), out: Path | None = None) -> RunPlan:
+    """Resolve a run and its directory ``runs_dir/<env>/<label>/seed<N>`` (``out`` when given)."""
+    config = resolve_config(env, agent, seed, overrides)
+    expanded = expand_config(config)
+    label = config.agent.name
+    if overrides:
+        unseeded = config_hash({k: v for k, v in expanded.items() if k != "seed"})
+        base = expand_config(resolve_config(env, agent, config.seed))
+        if unseeded != config_hash({k: v for k, v in base.items() if k != "seed"}):
+            label = f"{config.agent.name}+{unseeded[:8]}"
+    out = out if out is not None else Path(runs_dir) / config.env.name / label / f"seed{config.seed}"
+    return RunPlan(config, label, tuple(overrides), config_hash(expanded), Path(out))
+
+
+def reuse_check(plan: RunPlan, code: dict | None = None) -> tuple[bool, str]:
+    """``(reuse, why)``: a run is reused only when it finished (``summary.json``) with the same
+    configuration hash and the same code (``provenance.code_key``)."""
+    code = code or code_version()
+    path = plan.out / "summary.json"
+    if not plan.out.exists():
+        return False, "new"
+    if not path.is_file():
+        return False, "unfinished (no summary.json)"
+    try:
+        recorded = json.loads(path.read_text()).get("provenance") or {}
+    except (OSError, ValueError):
+        return False, "summary.json unreadable"
+    if not recorded.get("config_hash"):
+        return False, "no configuration hash recorded (an older run)"
+    if recorded["config_hash"] != plan.config_hash:
+        return False, f"configuration changed ({short(recorded['config_hash'])} -> {short(plan.config_hash)})"
+    if code_key(recorded.get("code")) != code_key(code):
+        return False, f"code changed ({code_key(recorded.get('code'))} -> {code_key(code)})"
+    return True, f"finished with the same configuration ({short(plan.config_hash)}) and code ({code_key(code)})"
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn a failed write (full disk, read-only or unwritable folder) into a one-line UserError naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or path}: {err.strerror or err}") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it: readers see all or nothing."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with writing(path):
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
 class _JsonLines:
     def __init__(self, path: Path):
-        self.file = path.open("w")
+        self.path = path
+        with writing(path):
+            self.file = path.open("w")
 
     def write(self, record: dict) -> None:
         """One record per line, flushed at once, so that a running or interrupted run can be read."""
-        self.file.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
-        self.file.flush()
+        with writing(self.path):
+            self.file.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
+            self.file.flush()
 
     def close(self) -> None:
-        self.file.close()
+        with writing(self.path):
+            self.file.close()
 
 
-def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, save_checkpoint: bool = True) -> dict:
-    """Run one agent on one scenario; returns the summary also written to ``out/summary.json``."""
+STALE_OUTPUTS = ("summary.json", "timings.json", "splits.json", "adaptation.png", "tensorboard", "wandb")
+"""Outputs of an earlier run in the same directory, removed when a run starts (summary.json first)."""
+
+
+def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, save_checkpoint: bool = True,
+                   label: str | None = None, overrides: tuple[str, ...] | list[str] = (),
+                   loggers: tuple[str, ...] = (), code: dict | None = None) -> dict:
+    """Run one agent on one scenario; returns the summary also written (last) to ``out/summary.json``.
+
+    ``label`` names the run in its summary and plots (default: the recipe's name); ``overrides``
+    are recorded as given; ``loggers`` mirror metrics.jsonl to trackers (``sao_env.trackers``);
+    ``code`` is the code version to record (default: this process's ``provenance.code_version()``).
+    """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    label = label or config.agent.name
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        for name in STALE_OUTPUTS:
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+            else:
+                (out / name).unlink(missing_ok=True)
+    expanded = expand_config(config)
     wall_start = time.perf_counter()
     torch.set_num_threads(config.threads)
     scenario = Scenario(config.env)
+    provenance = {"config_hash": config_hash(expanded), "label": label, "overrides": list(overrides),
+                  "code": code or code_version(), "versions": package_versions(), "datasets": datasets_read(scenario)}
+    write_atomic(out / "config.yaml", yaml.safe_dump({**expanded, "provenance": provenance}, sort_keys=False))
     manifests = scenario.manifests()
     if manifests:
-        (out / "splits.json").write_text(json.dumps(manifests, indent=2, sort_keys=True) + "\n")
-    agent = build_agent(config, scenario, show_progress=show_progress)
-    warm_s = time.perf_counter() - wall_start
+        write_atomic(out / "splits.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
+    trackers = open_trackers(tuple(loggers), out, name=f"{config.env.name}/{label}/seed{config.seed}", config=expanded)
+    logs: list[_JsonLines] = []
+    try:
+        agent = build_agent(config, scenario, show_progress=show_progress)
+        warm_s = time.perf_counter() - wall_start
+        logs = [_JsonLines(out / f) for f in ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")]
+        state, runtime, evals, rewards, masked = _simulate(config, scenario, agent, *logs, trackers, show_progress)
+    except BaseException:
+        for closing in [*logs, *trackers]:
+            with contextlib.suppress(Exception):
+                closing.close()
+        raise
+    for closing in [*logs, *trackers]:
+        closing.close()
 
-    metrics, evals_log, episodes_log = (_JsonLines(out / f) for f in ("metrics.jsonl", "evals.jsonl", "episodes.jsonl"))
+    hours = scenario.duration_s / 3600
+    staleness = np.array(state.staleness) if state.staleness else np.zeros(1)
+    summary = {
+        "env": config.env.name, "agent": label, "recipe": config.agent.name, "algorithm": config.agent.algorithm,
+        "seed": config.seed,
+        "online_reward": float(np.mean(rewards)) if rewards else math.nan,
+        **adaptation_summary(evals, scenario),
+        "episodes_per_hour": state.consumed / hours, "updates_per_hour": state.updates / hours,
+        "staleness_mean": float(staleness.mean()), "staleness_p95": float(np.percentile(staleness, 95)),
+        "staleness_hist": np.bincount(staleness.astype(int)).tolist(), "learner_wait_s": state.learner_wait_s,
+        "masked_fraction": float(np.mean(masked)) if masked else 0.0,
+        "episodes_completed": state.completed, "episodes_consumed": state.consumed, "in_flight_at_end": runtime.in_flight,
+        "dropped": state.dropped, "final_version": agent.version, "drift_times_h": [t / 3600 for t in scenario.drift_times_s],
+        "provenance": provenance,
+    }
+    if save_checkpoint:
+        _save_checkpoint(agent, out / "checkpoints" / "final")
+    timings = {"total_s": time.perf_counter() - wall_start, "warm_start_s": warm_s, **runtime.wall}
+    write_atomic(out / "timings.json", json.dumps(timings, indent=2) + "\n")
+    with writing(out / "adaptation.png"):
+        plot_adaptation({label: [out]}, out / "adaptation.png")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: _JsonLines, evals_log: _JsonLines,
+              episodes_log: _JsonLines, trackers: list, show_progress: bool):
+    """The simulated run, each record logged as it happens; returns (state, runtime, evals, rewards, masked)."""
     evals: list[dict] = []
     masked: list[float] = []
     rewards: list[float] = []
 
-    def on_update(record: dict) -> None:
+    def log_metrics(record: dict) -> None:
         metrics.write(record)
+        for tracker in trackers:
+            tracker.log(record)
+
+    def on_update(record: dict) -> None:
+        log_metrics(record)
         if "actor/dis_masked" in record:
             masked.append(record["actor/dis_masked"])
 
@@ -189,7 +368,7 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
                   **result}
         evals.append(record)
         evals_log.write(record)
-        metrics.write({"kind": "eval", **record})
+        log_metrics({"kind": "eval", **record})
 
     interval = config.env.eval.interval_h * 3600
     eval_times = list(np.arange(0.0, scenario.duration_s, interval)) + [scenario.duration_s]
@@ -197,31 +376,69 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
                          on_episode=on_episode, on_eval=on_eval, eval_times=[float(t) for t in eval_times])
     with _progress(show_progress, scenario, config) as report:
         state = runtime.run(progress=lambda s: report(s, runtime, rewards))
-    for log in (metrics, evals_log, episodes_log):
-        log.close()
+    return state, runtime, evals, rewards, masked
 
-    hours = scenario.duration_s / 3600
-    staleness = np.array(state.staleness) if state.staleness else np.zeros(1)
-    summary = {
-        "env": config.env.name, "agent": config.agent.name, "algorithm": config.agent.algorithm, "seed": config.seed,
-        "online_reward": float(np.mean(rewards)) if rewards else math.nan,
-        **adaptation_summary(evals, scenario),
-        "episodes_per_hour": state.consumed / hours, "updates_per_hour": state.updates / hours,
-        "staleness_mean": float(staleness.mean()), "staleness_p95": float(np.percentile(staleness, 95)),
-        "staleness_hist": np.bincount(staleness.astype(int)).tolist(), "learner_wait_s": state.learner_wait_s,
-        "masked_fraction": float(np.mean(masked)) if masked else 0.0,
-        "episodes_completed": state.completed, "episodes_consumed": state.consumed, "in_flight_at_end": runtime.in_flight,
-        "dropped": state.dropped, "final_version": agent.version, "drift_times_h": [t / 3600 for t in scenario.drift_times_s],
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    if save_checkpoint:
-        final = out / "checkpoints" / "final"
-        agent.policy.save_pretrained(final)
-        agent.tokenizer.save_pretrained(final)
-    timings = {"total_s": time.perf_counter() - wall_start, "warm_start_s": warm_s, **runtime.wall}
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    plot_adaptation({config.agent.name: [out]}, out / "adaptation.png")
-    return summary
+
+def _save_checkpoint(agent: Agent, final: Path) -> None:
+    """Save the policy and tokenizer to a temporary folder, then rename it to ``final``."""
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    try:
+        with writing(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                agent.policy.save_pretrained(tmp)
+                agent.tokenizer.save_pretrained(tmp)
+            except OSError:
+                raise
+            except Exception as err:  # noqa: BLE001  (safetensors reports a failed write as its own error type)
+                reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+                raise UserError(f"cannot write {tmp}: {reason}") from None
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None = None,
+             show_progress: bool = True) -> tuple[dict, float]:
+    """Make one planned run; returns its summary and wall-clock seconds."""
+    start = time.perf_counter()
+    summary = run_experiment(plan.config, plan.out, show_progress=show_progress, label=plan.label,
+                             overrides=plan.overrides, loggers=loggers, code=code)
+    return summary, time.perf_counter() - start
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = (), code: dict | None = None,
+             show_progress: bool = True, on_done: Callable[[RunPlan, dict, float], None] | None = None) -> None:
+    """Make independent runs, ``jobs`` at a time in worker processes (spawned, one torch thread
+    each), or one after another in this process when ``jobs`` is 1 or there is a single run.
+
+    A run's results do not depend on where it ran. ``on_done(plan, summary, seconds)`` is called
+    in this process as each run finishes; the first failure stops the rest and is raised.
+    """
+    code = code or code_version()
+    if jobs <= 1 or len(plans) <= 1:
+        for plan in plans:
+            summary, seconds = run_plan(plan, loggers=loggers, code=code, show_progress=show_progress)
+            if on_done:
+                on_done(plan, summary, seconds)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=context, initializer=_init_worker) as pool:
+        futures = {pool.submit(run_plan, plan, loggers=loggers, code=code, show_progress=False): plan for plan in plans}
+        try:
+            for future in as_completed(futures):
+                summary, seconds = future.result()
+                if on_done:
+                    on_done(futures[future], summary, seconds)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 class _progress:
@@ -231,10 +448,12 @@ class _progress:
         self.enabled, self.scenario, self.config = enabled, scenario, config
 
     def __enter__(self):
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                                 TimeElapsedColumn(), disable=not self.enabled, transient=False)
+                                 TimeElapsedColumn(), disable=not self.enabled, transient=False,
+                                 console=Console(stderr=True))  # stdout carries results only
         self.progress.__enter__()
         label = f"{self.config.agent.name} on {self.config.env.name} seed {self.config.seed}"
         self.task = self.progress.add_task(label, total=self.scenario.duration_s, info="")

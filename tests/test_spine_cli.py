@@ -68,6 +68,9 @@ def test_dry_run_prints_the_resolved_config(capsys):
         ["run", "--dry-run", "--seed", "-1"],
         ["run", "--dry-run", "--env", "missing.yaml"],
         ["compare", "--seeds", "a,b"],
+        ["compare", "--jobs", "0"],
+        ["compare", "--dry-run", "--logger", "bogus"],
+        ["run", "--dry-run", "--logger", "mlflow"],
         ["no-such-command"],
     ],
     ids=lambda argv: " ".join(argv[1:]) if len(argv) > 1 else argv[0],
@@ -127,7 +130,13 @@ def test_compare_then_leaderboard(capsys, tmp_path, shrink):
         assert path.is_file() and path.stat().st_size > 0, path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = _csv_rows(csv_path)
-    assert sorted(r["agent"] for r in rows) == ["grpo", "sao"]
+    # The shrinking overrides change each recipe's configuration: its runs go to <recipe>+<hash>.
+    from sao_env.experiment import plan_run
+
+    labels = {a: plan_run("style-drift", a, 0, list(shrink), runs_dir=runs).label for a in ("sao", "grpo")}
+    assert sorted(r["agent"] for r in rows) == sorted(labels.values())
+    assert all(labels[a].startswith(f"{a}+") for a in labels)
+    assert sorted(r["recipe"] for r in rows) == ["grpo", "sao"]
     assert all(r["seeds"] == "1" for r in rows)
     for column in ("online_reward", "auc", "episodes_per_hour", "staleness_mean"):
         assert column in rows[0]
@@ -137,7 +146,9 @@ def test_compare_then_leaderboard(capsys, tmp_path, shrink):
     for r in rows:
         summary = json.loads((runs / "style-drift" / r["agent"] / "seed0" / "summary.json").read_text())
         assert float(r["online_reward"]) == pytest.approx(summary["online_reward"], rel=1e-5)
-    assert "| sao |" in md.read_text() and "| grpo |" in md.read_text()
+    table_rows = [line for line in md.read_text().splitlines() if line.startswith("| ")]
+    for recipe in ("sao", "grpo"):
+        assert any(f"| {recipe} " in line for line in table_rows), recipe
     assert "style-drift.png" in md.read_text()
     assert md.read_text() in out  # compare prints the table
 
@@ -146,7 +157,7 @@ def test_compare_then_leaderboard(capsys, tmp_path, shrink):
     assert (rebuilt / "style-drift.csv").read_bytes() == csv_path.read_bytes()
     assert (rebuilt / "style-drift.png").is_file()
     # Rebuilding in place from the run directories listed one by one gives the same table too.
-    assert main(["leaderboard", str(runs / "style-drift" / "sao"), str(runs / "style-drift" / "grpo"),
+    assert main(["leaderboard", str(runs / "style-drift" / labels["sao"]), str(runs / "style-drift" / labels["grpo"]),
                  "--out", str(rebuilt)]) == 0
     assert (rebuilt / "style-drift.csv").read_bytes() == csv_path.read_bytes()
 
@@ -165,7 +176,7 @@ def test_eval_reads_the_checkpoint_a_training_run_wrote(shrunk_run, tmp_path):
         pytest.skip("../shared/data is not beside the checkout")
     run_dir, _ = shrunk_run("sao")
     code = main(["eval", str(run_dir), "--suite", "beyond_aime", "--data", str(data), "--limit", "2", "--k", "2",
-                 "--max-new-tokens", "8", "--out", str(tmp_path), "--no-leaderboard", "--no-progress"])
+                 "--max-new-tokens", "8", "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     summary = json.loads((tmp_path / "beyond_aime" / "summary.json").read_text())
     assert summary["n"] == 4 and summary["problems"] == 2 and 0.0 <= summary["accuracy"] <= 1.0

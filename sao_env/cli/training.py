@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -22,25 +23,33 @@ def register(app: typer.Typer) -> None:
     app.command("list")(list_specs)
 
 
+LOGGER_HELP = "Mirror metrics.jsonl to a tracker: tensorboard, wandb (offline unless $WANDB_MODE says otherwise); repeat or comma-separate."
+
+
 def run(
     env: str = typer.Option("style-drift", "--env", help="Scenario name (envs/NAME.yaml) or a YAML path."),
     agent: str = typer.Option("sao", "--agent", help="Agent recipe name (agents/NAME.yaml) or a YAML path."),
     seed: int = typer.Option(0, "--seed", min=0, help="Run seed (tasks, sampling, latency)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/ENV/AGENT/seedN)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved configuration and exit."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/ENV/LABEL/seedN; LABEL is AGENT, +HASH with overrides)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the expanded configuration (every default filled in) and exit."),
+    logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
     """Run one agent on one drifting scenario in simulated time."""
-    from sao_env.experiment import resolve_config, run_experiment
+    from sao_env.experiment import expand_config, plan_run, run_experiment
+    from sao_env.provenance import code_key, code_version
+    from sao_env.trackers import parse_loggers, require
 
-    config = resolve_config(env, agent, seed, overrides or [])
+    plan = plan_run(env, agent, seed, overrides or [], out=out)
+    loggers = parse_loggers(logger)
     if dry_run:
-        typer.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), nl=False)
+        typer.echo(f"# config_hash: {plan.config_hash}\n# code: {code_key(code_version())}\n# run directory: {plan.out}")
+        typer.echo(yaml.safe_dump(expand_config(plan.config), sort_keys=False), nl=False)
         return
-    out = out or Path("runs") / config.env.name / config.agent.name / f"seed{seed}"
-    summary = run_experiment(config, out)
-    console.print(f"run directory: {out}")
-    console.print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, indent=1))
+    require(loggers)
+    summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers)
+    console.print(f"run directory: {plan.out}")
+    console.print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, indent=1))
 
 
 def compare(
@@ -50,26 +59,52 @@ def compare(
     num_seeds: Optional[int] = typer.Option(None, "--num-seeds", min=1, help="Use seeds 0..N-1 (overrides --seeds)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     leaderboard_dir: Path = typer.Option(Path("leaderboards"), "--leaderboard-dir", help="Where tables and the plot go."),
-    skip_existing: bool = typer.Option(True, help="Reuse finished runs (summary.json present): resumable comparisons."),
+    skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process with one torch thread (default: the number of cores)."),
+    logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would make and those it would reuse, with why, and exit."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides applied to every run."),
 ) -> None:
     """Run agents x seeds on one scenario, then write the leaderboard table and adaptation plot."""
-    from sao_env.experiment import resolve_config, run_experiment
+    from sao_env.experiment import plan_run, reuse_check, run_many, writing
     from sao_env.leaderboard.plots import plot_adaptation
     from sao_env.leaderboard.tables import load_summaries, write_leaderboard
+    from sao_env.provenance import code_version
+    from sao_env.trackers import parse_loggers, require
 
     seed_list = list(range(num_seeds)) if num_seeds else _int_list(seeds)
     names = [a.strip() for a in agents.split(",") if a.strip()]
-    configs = [(resolve_config(env, a, s, overrides or []), s) for a in names for s in seed_list]
+    loggers = parse_loggers(logger)
+    plans = list({p.out: p for p in (plan_run(env, a, s, overrides or [], runs_dir=runs_dir)
+                                     for a in names for s in seed_list)}.values())
+    code = code_version()
+    decisions = [(p, *(reuse_check(p, code) if skip_existing else (False, "rerun asked (--no-skip-existing)")))
+                 for p in plans]
+    if dry_run:
+        for plan, reuse, why in decisions:
+            typer.echo(f"{'reuse' if reuse else 'run':<5}  {plan.out}  {why}")
+        return
+    require(loggers)
+    todo = [plan for plan, reuse, why in decisions if not reuse]
+    for plan, reuse, why in decisions:
+        if reuse:
+            console.print(f"reuse {plan.out}: {why}", soft_wrap=True)
+    finished = 0
+
+    def report(plan, summary: dict, seconds: float) -> None:
+        nonlocal finished
+        finished += 1
+        console.print(f"[{finished}/{len(todo)}] {plan.out} finished in {seconds:.0f} s: "
+                      f"online_reward {summary['online_reward']:.3f}, auc {summary.get('auc', float('nan')):.3f}", soft_wrap=True)
+
+    run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report)
     dirs: dict[str, list[Path]] = {}
-    for config, s in configs:
-        out = runs_dir / config.env.name / config.agent.name / f"seed{s}"
-        if not (skip_existing and (out / "summary.json").is_file()):
-            run_experiment(config, out)
-        dirs.setdefault(config.agent.name, []).append(out)
-    env_name = configs[0][0].env.name
-    plot = plot_adaptation(dirs, leaderboard_dir / f"{env_name}.png")
-    md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), leaderboard_dir, env_name, plot=plot)
+    for plan in plans:
+        dirs.setdefault(plan.label, []).append(plan.out)
+    env_name = plans[0].config.env.name
+    with writing(leaderboard_dir):
+        plot = plot_adaptation(dirs, leaderboard_dir / f"{env_name}.png")
+        md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), leaderboard_dir, env_name, plot=plot)
     console.print(f"leaderboard: {md} and {csv}\nadaptation plot: {plot}")
     typer.echo(md.read_text())
 
@@ -101,6 +136,11 @@ def list_specs() -> None:
     typer.echo("gymnasium ids:")
     for env_id in sorted(k for k in gym.registry if k.startswith("sao/")):
         typer.echo(f"  {env_id}")
+
+
+def _cores() -> int:
+    """CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _int_list(text: str) -> list[int]:
