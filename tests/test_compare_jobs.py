@@ -1,0 +1,81 @@
+"""`compare --jobs N`: runs in worker processes give the same bytes as one after another, and workers
+that build the same warm start at once train it once and leave a whole cache entry."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from conftest import SHRINK, shrink_overrides
+from sao_env.cli import main
+from sao_env.experiment import plan_run
+from sao_env.policy import warmstart
+from sao_env.scenario import Scenario
+
+LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl", "summary.json")
+
+
+def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path):
+    overrides = shrink_overrides("sao")
+    outputs = {}
+    for jobs in (1, 2):
+        runs, boards = tmp_path / f"runs{jobs}", tmp_path / f"boards{jobs}"
+        code = main(["compare", "--agents", "sao", "--seeds", "0,1", "--runs-dir", str(runs),
+                     "--leaderboard-dir", str(boards), "--jobs", str(jobs), *overrides])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        # One progress line per finished run.
+        assert sum(1 for line in err.splitlines() if "finished in" in line) == 2, err
+        plans = [plan_run("style-drift", "sao", seed, overrides, runs_dir=runs) for seed in (0, 1)]
+        outputs[jobs] = ({(p.out.name, name): (p.out / name).read_bytes() for p in plans for name in LOGS},
+                         (boards / "style-drift.csv").read_bytes(), (boards / "style-drift.md").read_text(), out)
+    (runs1, csv1, md1, out1), (runs2, csv2, md2, out2) = outputs[1], outputs[2]
+    assert runs1.keys() == runs2.keys()
+    for key in runs1:
+        assert runs1[key] and runs1[key] == runs2[key], key
+    assert csv1 == csv2 and md1 == md2
+    # The printed table too (the warm start's transient progress bar may leave a blank line before it).
+    assert out1.strip() == out2.strip() == md1.strip()
+
+
+def test_concurrent_builders_of_one_warm_start_train_it_once(monkeypatch, tmp_path, shrunk_config):
+    monkeypatch.setenv("SAO_ENV_CACHE", str(tmp_path))
+    trained = []
+
+    def slow_training(model, tokenizer, scenario, spec, *, show_progress=True):
+        trained.append(threading.get_ident())
+        time.sleep(1.0)  # long enough for the other builder to arrive while this one trains
+        return []
+
+    monkeypatch.setattr(warmstart, "supervised_warm_start", slow_training)
+    config = shrunk_config("sao")
+    scenario = Scenario(config.env)
+    results = []
+
+    def build():
+        results.append(warmstart.load_warm_started(config.agent.model, scenario, show_progress=False))
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(trained) == 1 and len(results) == 2
+    (entry,) = [p for p in (tmp_path / "warmstart").iterdir() if p.is_dir()]
+    assert (entry / "config.json").is_file() and results[0][2] == results[1][2] == entry
+    assert not [p for p in (tmp_path / "warmstart").iterdir() if ".tmp" in p.name]
+    first, second = (r[0].state_dict() for r in results)
+    assert all((first[k] == second[k]).all() for k in first)
+
+
+def test_a_user_error_in_a_worker_is_one_line(capsys, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "style-drift").write_text("a file where the scenario's folder should be\n")
+    code = main(["compare", "--agents", "sao,grpo", "--seeds", "0", "--runs-dir", str(runs), "--jobs", "2",
+                 "--leaderboard-dir", str(tmp_path / "boards"), *SHRINK])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"sao-env: error: cannot write {runs / 'style-drift'}"), err
+    assert "Traceback" not in out + err
