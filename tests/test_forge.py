@@ -29,7 +29,7 @@ from sao_env.tasks.forge.grading import (
     with_test_patch,
 )
 from sao_env.tasks.forge.instances import unified_diff
-from sao_env.tasks.forge.repo import render, run_tests_in_process
+from sao_env.tasks.forge.repo import compiled, render, run_tests_in_process
 
 SWEBENCH_FIELDS = {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
                    "FAIL_TO_PASS", "PASS_TO_PASS", "created_at", "version", "environment_setup_commit"}
@@ -154,6 +154,7 @@ def test_forge_is_deterministic_per_seed(tmp_path):
     build_instance.cache_clear()
     history.cache_clear()
     render.cache_clear()
+    compiled.cache_clear()
     again = build_instance(config, 1, BUG_KINDS, 42)
     assert first == again and first is not again
     assert build_instance(ForgeConfig(repo_seed=6, modules=3), 1, BUG_KINDS, 42).base_commit != first.base_commit
