@@ -236,3 +236,29 @@ def test_grpo_fresh_groups_are_on_policy(tiny, scenario):
     assert abs(metrics["actor/ratio_mean"] - 1.0) < 1e-5
     assert metrics["actor/pg_clipfrac"] == 0.0
     assert metrics["actor/approx_kl"] < 1e-9
+
+
+def test_dr_grpo_normalises_by_the_episode_horizon_not_the_padded_width(tiny, scenario, monkeypatch):
+    """seq_mean_token_sum_norm divides the summed token losses by B x (the most action tokens an
+    episode can have, 24 here), whatever the batch's padded width (prompt tokens included)."""
+    policy, tok = tiny
+    episodes = make_episodes(policy, tok, scenario, [1.0, 0.0, 0.0, 1.0], group_size=2)
+    first = episodes[0]  # a shorter first answer: equal lengths would sum the centred advantages to 0
+    episodes[0] = Episode(**{**first.__dict__, **{k: getattr(first, k)[:-3] for k in
+                                                 ("tokens_T", "action_mask_T", "rollout_logp_T", "version_T")}})
+    import sao_env.algos.losses as losses
+
+    seen = []
+    original = losses.agg_loss
+    monkeypatch.setattr(losses, "agg_loss", lambda *a, **k: seen.append((a[2], k.get("horizon"))) or original(*a, **k))
+
+    def loss_of(agg):
+        config = GRPOConfig(group_size=2, groups_per_update=2, agg=agg, normalize_std=False)
+        agent = GRPOAgent(build_policy(ModelSpec(name="tiny-qwen2"), tok, seed=0), tok, config, action_horizon=24)
+        return agent.update(episodes)["actor/loss"]
+
+    width = max(len(e.tokens_T) for e in episodes)
+    assert width != 24
+    # Every row has actions, so seq_mean_token_sum = total / B and the normalised loss = total / (B * 24).
+    assert loss_of("seq_mean_token_sum_norm") * 24 == pytest.approx(loss_of("seq_mean_token_sum"), rel=1e-5, abs=1e-7)
+    assert ("seq_mean_token_sum_norm", 24) in seen and abs(loss_of("seq_mean_token_sum")) > 1e-4

@@ -135,8 +135,12 @@ class Agent:
         config: AgentConfig,
         *,
         dis_band: tuple[float, float] = (0.3, 5.0),
+        action_horizon: int | None = None,
     ):
         self.policy = policy.eval()
+        self.action_horizon = action_horizon
+        """The most action tokens an episode can have (max_new_tokens x max_turns): the constant
+        normaliser of ``seq_mean_token_sum_norm`` (Dr. GRPO), never the batch's padded width."""
         self.tokenizer = tokenizer
         self.config = config
         self.dis_band = dis_band

@@ -33,8 +33,8 @@ class RunningMeanAgent(Agent):
     config_cls = RunningMeanConfig
     config: RunningMeanConfig
 
-    def __init__(self, policy, tokenizer, config: RunningMeanConfig, *, dis_band=(0.3, 5.0)):
-        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+    def __init__(self, policy, tokenizer, config: RunningMeanConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         self.groups_per_update = config.episodes_per_update
         self.history: list[float] = []
         self.eps_low, self.eps_high = resolve_band(config.dis_eps_low, config.dis_eps_high, dis_band)
@@ -47,7 +47,8 @@ class RunningMeanAgent(Agent):
 
         def loss_fn(logp):
             return dis_policy_loss(logp, batch.rollout_logp_BT, advantages, batch.mask_BT,
-                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg)
+                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg,
+                                   horizon=self.action_horizon)
 
         self.updates += 1
         return self.actor_step(batch, loss_fn) | {"actor/baseline": sum(self.history) / max(len(self.history), 1)}
@@ -63,12 +64,13 @@ class ReinforceAgent(Agent):
     config_cls = ReinforceConfig
     config: ReinforceConfig
 
-    def __init__(self, policy, tokenizer, config: ReinforceConfig, *, dis_band=(0.3, 5.0)):
-        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+    def __init__(self, policy, tokenizer, config: ReinforceConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         self.groups_per_update = config.episodes_per_update
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         batch = self.batch(episodes)
         advantages = broadcast_sequence_advantages(batch.rewards_B, batch.mask_BT)
         self.updates += 1
-        return self.actor_step(batch, lambda logp: policy_gradient_loss(logp, advantages, batch.mask_BT, agg=self.config.agg))
+        return self.actor_step(batch, lambda logp: policy_gradient_loss(
+            logp, advantages, batch.mask_BT, agg=self.config.agg, horizon=self.action_horizon))

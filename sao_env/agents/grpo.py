@@ -46,8 +46,8 @@ class GRPOAgent(Agent):
     config_cls = GRPOConfig
     config: GRPOConfig
 
-    def __init__(self, policy, tokenizer, config: GRPOConfig, *, dis_band=(0.3, 5.0)):
-        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+    def __init__(self, policy, tokenizer, config: GRPOConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         if config.loss not in POLICY_LOSSES:
             raise ValueError(f"unknown loss {config.loss!r}; known: {', '.join(POLICY_LOSSES)}")
         self.group_size, self.groups_per_update = config.group_size, config.groups_per_update
@@ -70,7 +70,8 @@ class GRPOAgent(Agent):
 
                 def loss_fn(logp, mb=mb, adv=advantages[rows]):
                     return self.loss(logp, mb.rollout_logp_BT, adv, mb.mask_BT, eps_low=self.eps_low,
-                                     eps_high=self.eps_high, dual_clip=self.config.dual_clip, agg=self.config.agg)
+                                     eps_high=self.eps_high, dual_clip=self.config.dual_clip, agg=self.config.agg,
+                                     horizon=self.action_horizon)
 
                 metrics = self.actor_step(mb, loss_fn)
         self.updates += 1

@@ -57,8 +57,8 @@ class SAOAgent(Agent):
     config_cls = SAOConfig
     config: SAOConfig
 
-    def __init__(self, policy, tokenizer, config: SAOConfig, *, dis_band=(0.3, 5.0)):
-        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+    def __init__(self, policy, tokenizer, config: SAOConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         self.critic = Critic.for_agent(policy, config)
         self.groups_per_update = config.episodes_per_update
         self.eps_low, self.eps_high = resolve_band(config.dis_eps_low, config.dis_eps_high, dis_band)
@@ -85,7 +85,8 @@ class SAOAgent(Agent):
 
         def loss_fn(logp):
             return dis_policy_loss(logp, batch.rollout_logp_BT, advantages, mask,
-                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg)
+                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg,
+                                   horizon=self.action_horizon)
 
         metrics |= self.actor_step(batch, loss_fn)
         return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": masked_mean(advantages, mask).item()}

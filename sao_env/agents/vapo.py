@@ -50,8 +50,8 @@ class VAPOAgent(Agent):
     config_cls = VAPOConfig
     config: VAPOConfig
 
-    def __init__(self, policy, tokenizer, config: VAPOConfig, *, dis_band=(0.3, 5.0)):
-        super().__init__(policy, tokenizer, config, dis_band=dis_band)
+    def __init__(self, policy, tokenizer, config: VAPOConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
+        super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         self.critic = Critic.for_agent(policy, config)
         self.groups_per_update = config.episodes_per_update
 
@@ -76,6 +76,6 @@ class VAPOAgent(Agent):
 
         def loss_fn(logp):
             return ppo_clip_loss(logp, batch.rollout_logp_BT, advantages, mask,
-                                 eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg)
+                                 eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg, horizon=self.action_horizon)
 
         return metrics | self.actor_step(batch, loss_fn) | {"actor/warmup": 0.0}

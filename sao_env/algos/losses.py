@@ -30,7 +30,9 @@ def agg_loss(per_token: Tensor, mask: Tensor, mode: str, *, horizon: int | None 
         seq_mean_token_mean: mean over rows of each row's token mean.
         seq_mean_token_sum: mean over rows of each row's token sum.
         seq_mean_token_sum_norm: total sum / (B * horizon), a constant normaliser, as
-            Dr. GRPO (Liu et al. 2025); ``horizon`` defaults to T (ignored by the other modes).
+            Dr. GRPO (Liu et al. 2025). ``horizon`` should be a true constant (agents pass the
+            most action tokens an episode can have); it defaults to T, the batch's padded width,
+            which varies with the batch (ignored by the other modes).
     Rows without an action token are left out of both ``seq_mean_*`` means. With no action
     token at all the loss is 0, still attached to the graph (zero gradient, no NaN).
 
@@ -93,6 +95,7 @@ def dis_policy_loss(
     eps_low: float,
     eps_high: float,
     agg: str = "token_mean",
+    horizon: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """DIS loss, SAO's strict double-sided token-level clipping (SAO, arXiv 2607.07508).
 
@@ -124,7 +127,7 @@ def dis_policy_loss(
     ratio = torch.exp(log_ratio)  # (B, T)
     keep = m & (ratio > 1 - eps_low) & (ratio < 1 + eps_high)
     w = torch.where(keep, ratio, 0)  # (B, T) detached importance weight
-    loss = agg_loss(-w * advantages * logp, m, agg)
+    loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
     with torch.no_grad():
         low = masked_mean((ratio <= 1 - eps_low).to(ratio.dtype), m)
         high = masked_mean((ratio >= 1 + eps_high).to(ratio.dtype), m)
@@ -152,6 +155,7 @@ def ppo_clip_loss(
     eps_high: float,
     dual_clip: float | None = None,
     agg: str = "token_mean",
+    horizon: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric bands and optional dual clip.
 
@@ -190,7 +194,7 @@ def ppo_clip_loss(
         cap = -advantages * dual_clip
         is_capped = (advantages < 0) & (per_token > cap)
         per_token = torch.where(is_capped, cap, per_token)
-    loss = agg_loss(per_token, m, agg)
+    loss = agg_loss(per_token, m, agg, horizon=horizon)
     with torch.no_grad():
         metrics = _floats(
             pg_clipfrac=masked_mean(is_clipped.to(ratio.dtype), m),
@@ -203,7 +207,7 @@ def ppo_clip_loss(
 
 
 def policy_gradient_loss(
-    logp: Tensor, advantages: Tensor, mask: Tensor, *, agg: str = "token_mean"
+    logp: Tensor, advantages: Tensor, mask: Tensor, *, agg: str = "token_mean", horizon: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:
     """Plain REINFORCE / policy-gradient loss, per token -A_t * logp_t (Williams 1992).
 
@@ -218,7 +222,7 @@ def policy_gradient_loss(
     _check_shapes(mask, logp=logp, advantages=advantages)
     m = mask.bool()
     logp, advantages = _on_actions(m, logp, advantages)
-    return agg_loss(-advantages * logp, m, agg), {}
+    return agg_loss(-advantages * logp, m, agg, horizon=horizon), {}
 
 
 def value_loss(
@@ -229,6 +233,7 @@ def value_loss(
     old_values: Tensor | None = None,
     clip: float | None = None,
     agg: str = "token_mean",
+    horizon: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Critic regression loss, per token 0.5 * (V_t - R_t)^2, with optional PPO value clipping.
 
@@ -266,7 +271,7 @@ def value_loss(
         is_clipped = per_clipped > per_token
         per_token = torch.where(is_clipped, per_clipped, per_token)
         extra["vf_clipfrac"] = masked_mean(is_clipped.to(per_token.dtype), m)
-    loss = agg_loss(per_token, m, agg)
+    loss = agg_loss(per_token, m, agg, horizon=horizon)
     with torch.no_grad():
         v, r = values.detach(), returns.detach()
         var_r = masked_mean((r - masked_mean(r, m)) ** 2, m)
@@ -285,31 +290,32 @@ def value_loss(
 
 
 # Registry: every member has the signature
-#   (logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean")
+#   (logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None)
 # where ref_logp is the rollout (behaviour) log-prob, so an agent picks its loss by name from its
 # recipe and calls it one way. Members that do not use an argument say so.
 
 
-def _dis(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+def _dis(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
     """"dis": ``dis_policy_loss``. DIS already masks out-of-band tokens, so ``dual_clip`` must be None."""
     if dual_clip is not None:
         raise ValueError("dual_clip applies to ppo_clip only; DIS masks out-of-band tokens already")
-    return dis_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg)
+    return dis_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg, horizon=horizon)
 
 
-def _ppo_clip(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+def _ppo_clip(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
     """"ppo_clip": ``ppo_clip_loss`` with ref_logp as the old policy."""
     return ppo_clip_loss(
-        logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, agg=agg
+        logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip, agg=agg,
+        horizon=horizon,
     )
 
 
-def _pg(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean"):
+def _pg(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
     """"pg": ``policy_gradient_loss``; the band is not used, ref_logp only feeds the
     ``ratio_mean`` and ``approx_kl`` diagnostics; ``dual_clip`` must be None."""
     if dual_clip is not None:
         raise ValueError("dual_clip applies to ppo_clip only")
-    loss, metrics = policy_gradient_loss(logp, advantages, mask, agg=agg)
+    loss, metrics = policy_gradient_loss(logp, advantages, mask, agg=agg, horizon=horizon)
     with torch.no_grad():
         m = mask.bool()
         log_ratio = _log_ratio(*_on_actions(m, logp, ref_logp))
