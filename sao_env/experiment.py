@@ -155,7 +155,8 @@ def build_agent(config: RunConfig, scenario: Scenario, *, show_progress: bool = 
     torch.manual_seed(config.seed)
     policy, tokenizer, _ = load_warm_started(config.agent.model, scenario, show_progress=show_progress)
     algo = ALGORITHMS[config.agent.algorithm]
-    return algo(policy, tokenizer, build_agent_config(config.agent), dis_band=scenario.spec.dis_band)
+    return algo(policy, tokenizer, build_agent_config(config.agent), dis_band=scenario.spec.dis_band,
+                action_horizon=scenario.spec.max_new_tokens * scenario.spec.max_turns)
 
 
 def expand_config(config: RunConfig) -> dict:
