@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TESTS  := $(VENV)/.installed-test
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-fast bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0
 
-## make test: the whole test suite
+## make test: the whole test suite, one worker per core (pytest-xdist; a file's tests share a worker)
 test: $(TESTS)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs)
+test-fast: $(TESTS)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 ## make bench: print the benchmark figures (speed, throughput)
 bench: $(TESTS)

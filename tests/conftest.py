@@ -81,8 +81,11 @@ def session_env(name: str, value: str):
 
 @pytest.fixture(scope="session", autouse=True)
 def sao_env_cache(tmp_path_factory):
-    """Point ``$SAO_ENV_CACHE`` at a session temporary folder."""
-    path = tmp_path_factory.mktemp("sao-env-cache")
+    """Point ``$SAO_ENV_CACHE`` at a session temporary folder, shared by pytest-xdist's workers (the
+    warm-start cache locks each entry, so one worker trains a warm start and the others read it)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sao-env-cache"
+    path.mkdir(exist_ok=True)
     with session_env("SAO_ENV_CACHE", str(path)):
         yield path
 
