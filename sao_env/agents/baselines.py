@@ -20,7 +20,7 @@ from sao_env.types import Episode
 class RunningMeanConfig(AgentConfig):
     window: int = Field(128, ge=1)
     """Rewards in the running-mean baseline."""
-    episodes_per_update: int = Field(1, ge=1)
+    episodes_per_update: int = Field(8, ge=1)
     """Episodes consumed per update."""
     dis_eps_low: float | None = Field(None, gt=0, le=1)
     """DIS band below 1 (None: the scenario's)."""
@@ -55,7 +55,7 @@ class RunningMeanAgent(Agent):
 
 
 class ReinforceConfig(AgentConfig):
-    episodes_per_update: int = Field(1, ge=1)
+    episodes_per_update: int = Field(8, ge=1)
     """Episodes consumed per update."""
 
 

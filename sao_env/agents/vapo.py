@@ -39,7 +39,7 @@ class VAPOConfig(AgentConfig):
     """PPO clip below 1."""
     eps_high: float = Field(0.28, gt=0)
     """PPO clip above 1 (clip-higher when > eps_low)."""
-    episodes_per_update: int = Field(1, ge=1)
+    episodes_per_update: int = Field(8, ge=1)
     """Episodes consumed per update."""
     whiten_advantages: bool = False
     """Whiten advantages over the batch's action tokens."""
@@ -76,6 +76,7 @@ class VAPOAgent(Agent):
 
         def loss_fn(logp):
             return ppo_clip_loss(logp, batch.rollout_logp_BT, advantages, mask,
-                                 eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg, horizon=self.action_horizon)
+                                 eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
+                                 horizon=self.action_horizon)
 
         return metrics | self.actor_step(batch, loss_fn) | {"actor/warmup": 0.0}
