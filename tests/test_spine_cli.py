@@ -121,7 +121,7 @@ def _csv_rows(path):
 
 def test_compare_then_leaderboard(capsys, tmp_path, shrink):
     runs, boards, rebuilt = tmp_path / "runs", tmp_path / "boards", tmp_path / "rebuilt"
-    code = main(["compare", "--agents", "sao,grpo", "--seeds", "0", "--runs-dir", str(runs),
+    code = main(["compare", "--agents", "sao,grpo", "--seeds", "0", "--jobs", "1", "--runs-dir", str(runs),
                  "--leaderboard-dir", str(boards), *shrink])
     out, err = capsys.readouterr()
     assert code == 0, err
