@@ -6,7 +6,8 @@ For each isolation mode, prints p50/p95 latency (seconds, wall clock from ``run`
 result) of three workloads, each run in a fresh working copy:
   trivial    ``python -I -S -c``-like script printing one line
   unittest   a small test-suite script (unittest, 3 tests, stdlib only)
-  pytest     ``python -m pytest -q`` on a 3-test file (the venv's pytest)
+  pytest     ``python -m pytest -q`` on a 3-test file (the venv's pytest, plugin autoload off
+             as in forge grading)
 then the same workloads on a warm interpreter (``sao_env.sandbox.warm``: one bubblewrap sandbox
 started once, each run a fork of a server that imported pytest already) and the cold/warm ratio,
 then runs per minute of the unittest workload with ``--workers`` threads in parallel.
@@ -68,13 +69,17 @@ def make_source(root: Path) -> Path:
     return src
 
 
+PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def one_run(executor, src: Path, scratch: Path, argv_tail: list[str]) -> float:
     from sao_env.sandbox import fresh_workdir
 
     work = fresh_workdir(src, scratch)
     try:
         started = time.perf_counter()
-        result = executor.run([executor.python, *argv_tail], workdir=work, timeout_s=60)
+        result = executor.run([executor.python, *argv_tail], workdir=work, timeout_s=60,
+                              env=PYTEST_ENV if "pytest" in argv_tail else None)
         elapsed = time.perf_counter() - started
         if not result.ok:
             raise SystemExit(f"run failed: {result}")
@@ -84,11 +89,13 @@ def one_run(executor, src: Path, scratch: Path, argv_tail: list[str]) -> float:
 
 
 def warm_runs(executor, src: Path, workloads: dict) -> dict[str, float]:
-    """p50 latency of each workload on a warm interpreter (pytest preloaded), files written per run."""
+    """p50 latency of each workload on a warm interpreter (pytest and its plugins preloaded, as for
+    forge grading), files written per run."""
     from sao_env.sandbox.warm import WarmInterpreter
+    from sao_env.tasks.forge.grading import _pytest_modules
 
     files = {path.name: path.read_text() for path in src.iterdir()}
-    interpreter = WarmInterpreter(executor, flags=(), preload=["pytest"])
+    interpreter = WarmInterpreter(executor, flags=(), preload=_pytest_modules(), env=PYTEST_ENV)
     out = {}
     try:
         for name, (tail, runs) in workloads.items():
@@ -96,7 +103,7 @@ def warm_runs(executor, src: Path, workloads: dict) -> dict[str, float]:
             times = []
             for _ in range(runs + 1):
                 started = time.perf_counter()
-                result = interpreter.run(argv, files, timeout_s=60)
+                result = interpreter.run(argv, files, timeout_s=60, env=PYTEST_ENV if "pytest" in argv else None)
                 times.append(time.perf_counter() - started)
                 if not result.ok:
                     raise SystemExit(f"warm run failed: {result}")
