@@ -363,7 +363,7 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: _Jso
                             **{f"grade/{k}": v for k, v in episode.grade_details.items()}})
 
     def on_eval(t: float, runtime: SimRuntime) -> None:
-        result = evaluate_heldout(runtime.deployed, agent.tokenizer, scenario, eval_index=len(evals))
+        result = evaluate_heldout(runtime.deployed, agent.tokenizer, scenario, eval_key=int(round(t)))
         record = {"sim_time_s": t, "episodes": runtime.state.consumed, "updates": runtime.state.updates,
                   "version": runtime.deployed_version, "phase": scenario.phase_at(min(t, scenario.duration_s - 1e-9)).name,
                   **result}

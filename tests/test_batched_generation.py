@@ -7,6 +7,8 @@ the runtime really does batch.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -114,3 +116,26 @@ def test_training_refuses_tempered_rollouts():
     with pytest.raises(ValueError, match="importance ratio"):
         RuntimeSpec(top_p=0.9)
     assert RuntimeSpec().temperature == 1.0
+
+
+def test_training_does_not_depend_on_the_evaluation_schedule(shrunk_config, tmp_path):
+    """Evaluations never decide when waiting requests are played (nor draw from training streams): the
+    episodes and updates of a run are the same with evaluations every 18 or every 36 simulated seconds,
+    and the evaluations the two schedules share give the same numbers."""
+    from sao_env.experiment import run_experiment
+
+    logs = {}
+    for interval in ("0.005", "0.01"):
+        out = tmp_path / interval
+        run_experiment(shrunk_config("sao", 0, (f"env.eval.interval_h={interval}",)), out, show_progress=False,
+                       save_checkpoint=False)
+        lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        evals = {round(e["sim_time_s"]): e for e in map(json.loads, (out / "evals.jsonl").read_text().splitlines())}
+        logs[interval] = ((out / "episodes.jsonl").read_bytes(), [x for x in lines if x.get("kind") != "eval"], evals)
+    (episodes_a, updates_a, evals_a), (episodes_b, updates_b, evals_b) = logs.values()
+    assert episodes_a == episodes_b and updates_a == updates_b
+    shared = evals_a.keys() & evals_b.keys()
+    assert len(shared) >= 3 and len(evals_a) > len(evals_b)
+    for t in shared:
+        assert {k: v for k, v in evals_a[t].items() if k.startswith("eval/")} == \
+               {k: v for k, v in evals_b[t].items() if k.startswith("eval/")}

@@ -1,13 +1,12 @@
 """Learning is real: SAO follows a switch of the rewarded style on held-out prompts.
 
-A two-phase cut of style-drift (boxed for 0.25 h, then sentence for 0.4 h), the default warm
-start and the sao recipe as shipped (8 single-rollout episodes per update, lr 1e-4). SAO must raise
-the rewarded style's share on the held-out prompts from its warm-start level (about one in five) to
-at least 0.8 during phase 1 (it reaches 0.88 by 0.175 h), and, from near zero right after the
-switch, raise the new style's share to at least 0.5. At this recipe the realignment is slow: the
-sentence share stays near 0.1 for 0.25 h after the switch, then climbs to 0.58 by the end, short
-of the scenario's recovery threshold (0.6); at lr 3e-4 phase 1 is faster but the arithmetic
-collapses and the second style is never learned. About 3.5 minutes on 2 busy cores.
+A two-phase cut of style-drift (boxed for 0.25 h, then sentence for 0.55 h, evaluations every
+0.05 h), the default warm start and the sao recipe as shipped (8 single-rollout episodes per update,
+lr 1e-4). SAO must raise the rewarded style's share on the held-out prompts from its warm-start level
+(about one in five) to at least 0.8 during phase 1 (0.94 at the switch), and, from near zero right
+after the switch, reach the scenario's recovery threshold (0.6) on the new style. The realignment
+is slow at this recipe: the sentence share stays near 0.1 for 0.3 h after the switch, then climbs to
+0.89 by 0.8 h. About 70 s on 2 idle cores (training does not depend on the evaluation schedule).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ pytestmark = pytest.mark.slow
 def two_phase_config(agent: str) -> RunConfig:
     env = load_yaml(find_spec("envs", "style-drift"))
     env["phases"] = env["phases"][:2]
-    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.25, 0.4
-    env["eval"]["interval_h"] = 0.025
+    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.25, 0.55
+    env["eval"]["interval_h"] = 0.05
     return RunConfig(env=env, agent=load_yaml(find_spec("agents", agent)), seed=0)
 
 
@@ -42,4 +41,4 @@ def test_sao_aligns_then_realigns_after_the_switch(tmp_path):
     assert start < 0.5, f"the warm start should not prefer boxed already: {start}"
     assert max(phase1) >= 0.8, f"boxed share in phase 1: {phase1}"
     assert phase2[0] < 0.5, f"sentence share right after the switch: {phase2}"
-    assert max(phase2) >= 0.5, f"sentence share after the switch: {phase2}"
+    assert max(phase2) >= config.env.eval.recovery_threshold, f"sentence share after the switch: {phase2}"

@@ -93,6 +93,7 @@ def _dry(capsys, argv) -> dict[str, tuple[str, str]]:
     return plan
 
 
+@pytest.mark.slow
 def test_compare_reuses_only_finished_runs_of_the_same_configuration_and_code(capsys, tmp_path):
     runs, boards = tmp_path / "runs", tmp_path / "boards"
     common = ["--agents", "sao", "--seeds", "0", "--runs-dir", str(runs), "--leaderboard-dir", str(boards), "--jobs", "1"]

@@ -119,6 +119,7 @@ def _csv_rows(path):
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
+@pytest.mark.slow
 def test_compare_then_leaderboard(capsys, tmp_path, shrink):
     runs, boards, rebuilt = tmp_path / "runs", tmp_path / "boards", tmp_path / "rebuilt"
     code = main(["compare", "--agents", "sao,grpo", "--seeds", "0", "--jobs", "1", "--runs-dir", str(runs),

@@ -17,15 +17,16 @@ def evaluate_heldout(
     tokenizer: PreTrainedTokenizerBase,
     scenario: Scenario,
     *,
-    eval_index: int,
+    eval_key: int,
     batch_size: int = 256,
 ) -> dict[str, float]:
     """Accuracy (mean reward) of each phase's held-out set, plus grader details averaged when boolean.
 
     Multi-turn sets also report ``turns`` (mean actions per episode). Tasks that carry a
     ``category`` in their metadata are pooled across sets into ``eval/category/<name>/accuracy``.
-    Sampling and the environments are seeded from the scenario's eval seed and ``eval_index``
-    alone, so two agents with the same weights at the same evaluation get the same episodes; each
+    Sampling and the environments are seeded from the scenario's eval seed and ``eval_key`` (the
+    evaluation's simulated second) alone, so two agents with the same weights at the same evaluation
+    time get the same episodes, whatever their evaluation schedules; each
     episode has its own sampling stream, so the sets are played together in batches of ``batch_size``
     without changing any episode.
     """
@@ -35,8 +36,8 @@ def evaluate_heldout(
     played = []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start : start + batch_size]
-        seeds = [spec.eval.seed * 1_000_003 + eval_index * 10_007 + s * 1_009 + j for s, _, j, _ in chunk]
-        keys = [row_key(spec.eval.seed, eval_index, s, j) for s, _, j, _ in chunk]
+        seeds = [spec.eval.seed * 1_000_003 + eval_key * 10_007 + s * 1_009 + j for s, _, j, _ in chunk]
+        keys = [row_key(spec.eval.seed, eval_key, s, j) for s, _, j, _ in chunk]
         played += play(model, tokenizer, [task for *_, task in chunk], spec, env_seeds=seeds, row_keys=keys,
                        temperature=spec.eval.temperature)
     out: dict[str, float] = {}

@@ -139,8 +139,9 @@ class SimRuntime:
         self._events: list = []
         self._seq = itertools.count()
         self._ids = itertools.count()
-        for t in eval_times:
-            self._push(t, "eval", None)
+        self._evals = sorted(eval_times)
+        """Evaluation times, kept apart from the event queue: they never decide when waiting requests
+        are played, so the training run is the same whatever the evaluation schedule."""
         self.wall = {"generate_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "generate_batches": 0, "generate_rows": 0}
         """Wall-clock bookkeeping (timings.json); the simulation never reads it."""
 
@@ -151,12 +152,15 @@ class SimRuntime:
     def run(self, progress: Callable[[RunState], None] | None = None) -> RunState:
         end = self.scenario.duration_s
         self._dispatch()
-        while self._events or self.unplayed:
+        while self._events or self.unplayed or self._evals:
             if self.unplayed and (not self._events or self._events[0][2] == "update_done"
                                   or self._events[0][0] >= min(r.earliest_end for r in self.unplayed)):
                 self._play_unplayed()
                 continue
-            t, _, kind, payload = heapq.heappop(self._events)
+            if self._evals and (not self._events or self._evals[0] <= self._events[0][0]):
+                t, kind = self._evals.pop(0), "eval"
+            else:
+                t, _, kind, payload = heapq.heappop(self._events)
             if t > end:
                 break
             self.state.now = t
