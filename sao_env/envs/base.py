@@ -16,6 +16,8 @@ step adds ``grade`` (the grader's details). ``truncated`` means the turn limit e
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 from typing import Any
 
@@ -52,6 +54,17 @@ class AnyText(spaces.Text):
         return f"AnyText({self.max_length})"
 
 
+def _text_space(max_length: int) -> AnyText:
+    """A space of its own (own random stream) that shares its character tables with a prototype:
+    building gymnasium's tables for every episode's env is not free."""
+    return copy.copy(_text_prototype(max_length))
+
+
+@functools.lru_cache(maxsize=None)
+def _text_prototype(max_length: int) -> AnyText:
+    return AnyText(max_length)  # never sampled or seeded: copies start with no random stream
+
+
 class TaskEnv(gym.Env):
     """Base of every task environment: text spaces, the turn limit and the latency model.
 
@@ -67,8 +80,7 @@ class TaskEnv(gym.Env):
         self.latency = latency if latency is not None else LatencySpec()
         self.max_turns = max_turns
         self.max_observation_chars = max_observation_chars
-        self.observation_space = AnyText(max_length)
-        self.action_space = AnyText(max_length)
+        self.observation_space, self.action_space = _text_space(max_length), _text_space(max_length)
         self.task: Task | None = None
         self.turns = 0
         self._done = True

@@ -48,6 +48,10 @@ class LeanDecoder:
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim))
         self._fused: list[tuple] = []
         self._fused_versions: tuple = ()
+        self._fuse_sources = [p for layer in self.backbone.layers for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj,
+            layer.mlp.up_proj) for p in (m.weight, m.bias) if p is not None]
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @staticmethod
     def supports(model: torch.nn.Module) -> bool:
@@ -69,15 +73,25 @@ class LeanDecoder:
 
     # -- pieces ------------------------------------------------------------------------------
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, weight.shape, weight, self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * x.to(dtype)
 
     def _rotary(self, position_ids_BT: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = position_ids_BT[..., None].float() * self.inv_freq.to(position_ids_BT.device)
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        """cos and sin (B, 1, T, D) of each position, read from a table computed once per device and dtype."""
+        table = self._rope_table
+        longest = int(position_ids_BT.max()) + 1
+        if (table is None or table[0].device != position_ids_BT.device or table[0].dtype != dtype
+                or table[0].shape[0] < longest):
+            size = max(longest, self.model.config.max_position_embeddings)
+            positions = torch.arange(size, device=position_ids_BT.device)
+            freqs = positions[:, None].float() * self.inv_freq.to(position_ids_BT.device)
+            emb = torch.cat((freqs, freqs), dim=-1)  # (P, D)
+            table = self._rope_table = (emb.cos().to(dtype), emb.sin().to(dtype))
+        return table[0][position_ids_BT][:, None], table[1][position_ids_BT][:, None]
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -89,9 +103,7 @@ class LeanDecoder:
 
         Only for passes without gradient: one matrix product instead of three (or two) per block.
         """
-        params = [p for layer in self.backbone.layers for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
-                  layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj) for p in m.parameters()]
-        versions = tuple(p._version for p in params) + tuple(id(p) for p in params)
+        versions = tuple(p._version for p in self._fuse_sources)
         if versions != self._fused_versions:
             self._fused = []
             for layer in self.backbone.layers:
