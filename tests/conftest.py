@@ -162,3 +162,9 @@ def scenario_config(env: str, agent: str, seed: int = 0, extra: tuple[str, ...] 
     from sao_env.experiment import resolve_config
 
     return resolve_config(env, agent, seed, [*SCENARIO_SHRINK[env], *shrink_overrides(agent)[len(SHRINK):], *extra])
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first (a stable sort keeps each file's order): with ``--dist loadfile`` their files
+    start at once on the workers instead of forming the run's tail."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
