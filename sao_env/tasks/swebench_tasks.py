@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sao_env.benchmarks.loaders import DATA_ENV_VAR, make_loader
+from sao_env.benchmarks.loaders import DATA_ENV_VAR, DataUnreachable, make_loader
 from sao_env.errors import UserError
 from sao_env.tasks.benchmark_stream import split_ids
 from sao_env.types import Task
@@ -24,7 +24,11 @@ from sao_env.types import Task
 
 @lru_cache(maxsize=4)
 def _instances(data: str | None) -> tuple[Task, ...]:
-    return tuple(make_loader("swebench_verified", data).load())
+    try:
+        return tuple(make_loader("swebench_verified", data).load())
+    except DataUnreachable as err:  # `run` has no --data option: say how a run reads a local copy
+        raise DataUnreachable(err.reason, f"set {DATA_ENV_VAR}=PATH (a folder or file holding the rows) "
+                                          "or the source's params.data") from None
 
 
 class SWEBenchParams(BaseModel):
