@@ -8,7 +8,6 @@ the site, rebuilt with it.
 
 from __future__ import annotations
 
-import math
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.errors import UserError
+from sao_env.leaderboard.tables import finite_float
 from sao_env.provenance import code_key, code_version
 
 KEY = ["model", "suite", "k"]
@@ -105,22 +105,14 @@ def benchmarks_markdown(frame: pd.DataFrame, *, generator: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     for _, r in frame.iterrows():
-        acc, half, passk = _f(r["avg_at_k"]), _f(r["ci95_half_width"]), _f(r["pass_at_k"])
+        acc, half, passk = finite_float(r["avg_at_k"]), finite_float(r["ci95_half_width"]), finite_float(r["pass_at_k"])
         score = "n/a" if acc is None else f"{100 * acc:.1f}" + (f" ± {100 * half:.1f}" if half is not None else "")
         problems = str(int(r["problems"]))
-        if _f(r["suite_problems"]) is not None and int(r["suite_problems"]) != int(r["problems"]):
+        if finite_float(r["suite_problems"]) is not None and int(r["suite_problems"]) != int(r["problems"]):
             problems += f" of {int(r['suite_problems'])}"
         cells = [str(r["model"]), str(r["suite"]), score, "n/a" if passk is None else f"{100 * passk:.1f}",
-                 str(int(r["k"])), problems, str(int(r["samples"])) if _f(r["samples"]) is not None else "n/a",
+                 str(int(r["k"])), problems, str(int(r["samples"])) if finite_float(r["samples"]) is not None else "n/a",
                  str(r["grader"]), str(r["answer_fallback"] or "none"), str(r["date"])[:10],
                  str(r["code_version"] or "?")]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _f(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x

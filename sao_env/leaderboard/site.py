@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pandas as pd
 
 from sao_env.leaderboard import tables
 from sao_env.provenance import code_key, code_version
-from sao_env.leaderboard.tables import SORT_KEY, UNKNOWN, ScenarioBoard, column_format, format_cell
+from sao_env.leaderboard.tables import SORT_KEY, UNKNOWN, ScenarioBoard, column_format, finite_float, format_cell
 
 RULE = [
     "<b>Same budget.</b> Every recipe runs the same scenario file for the same simulated duration on the same "
@@ -268,10 +267,10 @@ def _benchmarks(bench: pd.DataFrame | None) -> str:
     head = "".join(f'<th data-key="{k}"{" class=num" if num else ""}>{e(t)}</th>' for k, t, num in columns)
     rows = []
     for _, r in bench.iterrows():
-        acc, half = _f(r.get("avg_at_k")), _f(r.get("ci95_half_width"))
+        acc, half = finite_float(r.get("avg_at_k")), finite_float(r.get("ci95_half_width"))
         score = "n/a" if acc is None else f"{100 * acc:.1f}" + (f" ± {100 * half:.1f}" if half is not None else "")
-        passk = _f(r.get("pass_at_k"))
-        problems = f"{int(r['problems'])}" + (f" of {int(r['suite_problems'])}" if _f(r.get("suite_problems")) and
+        passk = finite_float(r.get("pass_at_k"))
+        problems = f"{int(r['problems'])}" + (f" of {int(r['suite_problems'])}" if finite_float(r.get("suite_problems")) and
                                                int(r["suite_problems"]) != int(r["problems"]) else "")
         values = {"model": str(r["model"]), "suite": str(r["suite"]), "avg_at_k": score,
                   "pass_at_k": "n/a" if passk is None else f"{100 * passk:.1f}", "k": str(int(r["k"])),
@@ -293,16 +292,8 @@ def _sid(env: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in env)
 
 
-def _f(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
 def _sort_value(value: Any, *, never: bool = False) -> str:
-    x = _f(value)
+    x = finite_float(value)
     if x is None:
         return "Infinity" if never else ""
     return repr(x)

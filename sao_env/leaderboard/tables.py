@@ -476,6 +476,15 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float, or None where it is missing, not a number or NaN (a cell read back from CSV)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
 def _num(value: Any) -> str:
     if value is None or value == UNKNOWN:
         return UNKNOWN
