@@ -39,7 +39,8 @@ from sao_env.provenance import code_key, config_hash, short
 SORT_KEY = "online_reward"
 """Rows are ranked by this metric, best (highest) first."""
 LEADING = ["online_reward", "auc"]
-TRAILING = ["episodes_per_hour", "updates_per_hour", "staleness_mean", "staleness_p95", "masked_fraction"]
+TRAILING = ["episodes_per_hour", "updates_per_hour", "episodes_per_update", "staleness_mean", "staleness_p95",
+            "masked_fraction"]
 PHASE_METRICS = ("final_accuracy", "time_to_threshold_h", "recovery_h", "forgetting")
 FACT_COLUMNS = ["duration_h", "rollout_slots", "eval_interval_h", "recovery_threshold", "phases", "drift_times_h"]
 ID_COLUMNS = ["env", "label", "agent", "recipe", "algorithm", "overrides", "seed", "config_hash", "code_version"]
@@ -90,6 +91,7 @@ def column_format(column: str) -> ColumnFormat:
             return ColumnFormat(*titles[kind])
     fixed = {"online_reward": ("online reward", 3, True), "auc": ("AUC", 3, True),
              "episodes_per_hour": ("episodes / h", 0, None), "updates_per_hour": ("updates / h", 0, None),
+             "episodes_per_update": ("episodes / update", 2, None),
              "staleness_mean": ("staleness, mean", 2, None), "staleness_p95": ("staleness, p95", 1, None),
              "masked_fraction": ("DIS-masked fraction", 3, None)}
     title, decimals, better = fixed.get(column, (column, 3, None))
