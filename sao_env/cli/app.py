@@ -44,9 +44,10 @@ def _root(
     """Drifting environments, asynchronous RL agents (SAO, GRPO, ...) and benchmark evaluation."""
 
 
-from sao_env.cli import benchmarks, training  # noqa: E402  (each registers its commands on `app`)
+from sao_env.cli import benchmarks, sweep, training  # noqa: E402  (each registers its commands on `app`)
 
 training.register(app)
+sweep.register(app)
 benchmarks.register(app)
 
 

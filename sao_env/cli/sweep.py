@@ -1,0 +1,48 @@
+"""The ``sweep`` command: a grid of overrides on a cut of a scenario, ranked into a tuning table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)
+
+
+def sweep(
+    env: str = typer.Option("style-drift", "--env", help="Scenario name (envs/NAME.yaml) or a YAML path."),
+    agent: str = typer.Option("sao", "--agent", help="Agent recipe name (agents/NAME.yaml) or a YAML path."),
+    grid: Optional[list[str]] = typer.Option(None, "--grid", help="key=v1,v2,... (repeat for more axes; trials are their product), e.g. agent.hparams.lr=5e-5,1e-4"),
+    seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds; every trial runs at each."),
+    cut: Optional[list[str]] = typer.Option(None, "--cut", help="key=value override applied to every trial (the cut of the scenario), e.g. env.phases.0.duration_h=0.25; repeat."),
+    objective: str = typer.Option("auc", "--objective", help="Rank trials by the mean over seeds of: auc, online_reward."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process (default: the number of cores)."),
+    out: Path = typer.Option(Path("leaderboards/tuning"), "--out", help="Where <env>-<agent>.csv and .md go."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the trials and their runs (run or reuse, with why) and exit."),
+) -> None:
+    """Run a hyper-parameter grid on a cut of a scenario and write the ranked tuning table."""
+    from sao_env.cli.training import _cores
+    from sao_env.experiment import reuse_check
+    from sao_env.sweep import parse_seeds, plan_sweep, run_sweep, sweep_command, write_sweep
+
+    planned = plan_sweep(env, agent, grid or [], parse_seeds(seeds), cut or [], objective=objective, runs_dir=runs_dir)
+    if dry_run:
+        typer.echo(f"{len(planned.trials)} trials x {len(planned.seeds)} seeds = {planned.size} runs")
+        for (number, seed), plan in planned.plans.items():
+            reuse, why = reuse_check(plan) if skip_existing else (False, "rerun asked")
+            trial = planned.trials[number - 1]
+            typer.echo(f"{'reuse' if reuse else 'run':<5}  trial {number} seed {seed}  {trial.text}  {plan.out}  {why}")
+        return
+    table = run_sweep(planned, jobs=jobs or _cores(), skip_existing=skip_existing,
+                      report=lambda line: console.print(line, soft_wrap=True))
+    md, csv = write_sweep(planned, table, out, command=sweep_command(planned))
+    console.print(f"tuning table: {md} and {csv}")
+    typer.echo(md.read_text())
