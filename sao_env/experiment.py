@@ -19,10 +19,17 @@ Run directory layout:
   timings.json       wall-clock figures (not deterministic, kept apart)
   adaptation.png     the run's adaptation curve
   checkpoints/final  the final policy, Hugging Face format (save_pretrained, tokenizer included)
+  checkpoints/resume the last two resume checkpoints of an unfinished run (``sao_env.runtime.checkpoint``);
+                     removed when the run finishes
   tensorboard/ wandb/  tracker mirrors of metrics.jsonl (only with ``loggers``)
 
 A file that cannot be written (full disk, read-only or unwritable directory) is a ``UserError``
 naming the path.
+
+Resume: a run checkpoints every ``CheckpointEvery`` (default 25 learner updates) and when it gets
+SIGINT or SIGTERM (then it stops with ``RunInterrupted``). ``run_experiment(..., resume=True)``
+continues from the newest good checkpoint of the same configuration hash and code, truncating the
+three logs to the lengths it recorded; the logs and summary.json end as an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -33,11 +40,14 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 import torch
@@ -52,6 +62,8 @@ from sao_env.leaderboard.plots import plot_adaptation
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
 from sao_env.provenance import code_key, code_version, config_hash, datasets_read, package_versions, short
+from sao_env.runtime import checkpoint as ckpt
+from sao_env.runtime.checkpoint import CheckpointEvery
 from sao_env.runtime.sim import RuntimeSpec, SimRuntime
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
@@ -249,16 +261,27 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 class _JsonLines:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, resume_at: int | None = None):
+        """A new, empty log; or, with ``resume_at``, the existing one cut to that many bytes."""
         self.path = path
         with writing(path):
-            self.file = path.open("w")
+            if resume_at is None:
+                self.file = path.open("wb")
+            else:
+                self.file = path.open("r+b")
+                self.file.truncate(resume_at)
+                self.file.seek(resume_at)
 
     def write(self, record: dict) -> None:
         """One record per line, flushed at once, so that a running or interrupted run can be read."""
         with writing(self.path):
-            self.file.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
+            self.file.write((json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode())
             self.file.flush()
+
+    @property
+    def offset(self) -> int:
+        """Bytes written so far (every record is flushed)."""
+        return self.file.tell()
 
     def close(self) -> None:
         with writing(self.path):
@@ -269,17 +292,44 @@ STALE_OUTPUTS = ("summary.json", "timings.json", "splits.json", "adaptation.png"
 """Outputs of an earlier run in the same directory, removed when a run starts (summary.json first)."""
 
 
+class RunInterrupted(Exception):
+    """A run stopped by SIGINT or SIGTERM after writing a resume checkpoint: ``(signal name, run
+    directory, checkpoint path, simulated seconds)``."""
+
+    @property
+    def signal_name(self) -> str:
+        return self.args[0]
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process the signal ended."""
+        return 128 + int(getattr(signal, self.args[0], signal.SIGTERM))
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}: stopped at simulated {self.args[3] / 3600:.3f} h, checkpoint {self.args[2]}"
+
+
 def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, save_checkpoint: bool = True,
                    label: str | None = None, overrides: tuple[str, ...] | list[str] = (),
-                   loggers: tuple[str, ...] = (), code: dict | None = None) -> dict:
+                   loggers: tuple[str, ...] = (), code: dict | None = None,
+                   resume: bool | Literal["auto"] = False, checkpoint_every: CheckpointEvery = CheckpointEvery()) -> dict:
     """Run one agent on one scenario; returns the summary also written (last) to ``out/summary.json``.
 
     ``label`` names the run in its summary and plots (default: the recipe's name); ``overrides``
     are recorded as given; ``loggers`` mirror metrics.jsonl to trackers (``sao_env.trackers``);
     ``code`` is the code version to record (default: this process's ``provenance.code_version()``).
+    ``checkpoint_every`` paces the resume checkpoints. ``resume=True`` continues from the newest
+    good checkpoint in ``out`` (a checkpoint of another configuration or code is a ``UserError``;
+    none at all starts from the beginning, said on stderr); ``"auto"`` resumes only a checkpoint of
+    the same configuration and code and otherwise starts afresh; ``False`` starts afresh.
+    SIGINT/SIGTERM write a checkpoint and raise ``RunInterrupted``.
     """
     out = Path(out)
     label = label or config.agent.name
+    expanded = expand_config(config)
+    code = code or code_version()
+    folder = out / ckpt.FOLDER
+    restored = _find_resume(out, config_hash(expanded), code, strict=resume is True) if resume else None
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
         for name in STALE_OUTPUTS:
@@ -287,23 +337,34 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
                 shutil.rmtree(out / name)
             else:
                 (out / name).unlink(missing_ok=True)
-    expanded = expand_config(config)
+        if restored is None:
+            shutil.rmtree(folder, ignore_errors=True)
     wall_start = time.perf_counter()
     torch.set_num_threads(config.threads)
     scenario = Scenario(config.env)
     provenance = {"config_hash": config_hash(expanded), "label": label, "overrides": list(overrides),
-                  "code": code or code_version(), "versions": package_versions(), "datasets": datasets_read(scenario)}
+                  "code": code, "versions": package_versions(), "datasets": datasets_read(scenario)}
     write_atomic(out / "config.yaml", yaml.safe_dump({**expanded, "provenance": provenance}, sort_keys=False))
     manifests = scenario.manifests()
     if manifests:
         write_atomic(out / "splits.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
     trackers = open_trackers(tuple(loggers), out, name=f"{config.env.name}/{label}/seed{config.seed}", config=expanded)
     logs: list[_JsonLines] = []
+    saver = _Checkpoints(folder, checkpoint_every, provenance, restored)
     try:
-        agent = build_agent(config, scenario, show_progress=show_progress)
+        if restored is None:
+            agent = build_agent(config, scenario, show_progress=show_progress)
+        else:
+            agent, scenario = restored["runtime"]["agent"], restored["runtime"]["scenario"]
+            ckpt.set_rng_states(restored["rng"])
         warm_s = time.perf_counter() - wall_start
-        logs = [_JsonLines(out / f) for f in ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")]
-        state, runtime, evals, rewards, masked = _simulate(config, scenario, agent, *logs, trackers, show_progress)
+        offsets = restored["offsets"] if restored else {}
+        logs = [_JsonLines(out / f, resume_at=offsets.get(f)) for f in LOGS]
+        if restored:
+            _replay(out / "metrics.jsonl", trackers)
+        with saver.signals():
+            state, runtime, evals, rewards, masked = _simulate(config, scenario, agent, *logs, trackers, show_progress,
+                                                               saver)
     except BaseException:
         for closing in [*logs, *trackers]:
             with contextlib.suppress(Exception):
@@ -331,20 +392,126 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
     }
     if save_checkpoint:
         _save_checkpoint(agent, out / "checkpoints" / "final")
-    timings = {"total_s": time.perf_counter() - wall_start, "warm_start_s": warm_s, **runtime.wall}
+    timings = {"total_s": time.perf_counter() - wall_start, "warm_start_s": warm_s, **runtime.wall,
+               "checkpoints": saver.written, "checkpoint_s": saver.seconds, "checkpoint_mb": saver.megabytes,
+               "resumed_at_sim_s": restored["sim_time_s"] if restored else None}
     write_atomic(out / "timings.json", json.dumps(timings, indent=2) + "\n")
     with writing(out / "adaptation.png"):
         plot_adaptation({label: [out]}, out / "adaptation.png")
     write_atomic(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
     return summary
 
 
+LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")
+"""The deterministic logs; a checkpoint records the length of each."""
+
+
+def _find_resume(out: Path, chash: str, code: dict, *, strict: bool) -> dict | None:
+    """The newest good checkpoint in ``out`` of this configuration and code, or None (start afresh).
+
+    A corrupt one, or one whose logs are shorter than it recorded, is passed over for the one before
+    (said on stderr). ``strict`` (``--resume``): one of another configuration or code is a UserError.
+    """
+    for path, state, why in ckpt.newest_good(out / ckpt.FOLDER):
+        if state is None:
+            print(f"sao-env: warning: checkpoint {path} is unusable ({why}); trying the previous one", file=sys.stderr)
+            continue
+        if state["config_hash"] != chash or state["code_key"] != code_key(code):
+            if not strict:
+                return None
+            raise UserError(f"the checkpoint in {out} is of configuration {short(state['config_hash'])} and code "
+                            f"{state['code_key']}, this run is {short(chash)} and {code_key(code)}: "
+                            f"run without --resume to start afresh")
+        short_logs = [name for name, size in state["offsets"].items()
+                      if not (out / name).is_file() or (out / name).stat().st_size < size]
+        if short_logs:
+            print(f"sao-env: warning: checkpoint {path} is ahead of {', '.join(short_logs)}; trying the previous one",
+                  file=sys.stderr)
+            continue
+        print(f"sao-env: resuming {out} from simulated {state['sim_time_s'] / 3600:.3f} h "
+              f"(update {state['runtime']['state'].updates})", file=sys.stderr)
+        return state
+    if strict:
+        print(f"sao-env: warning: no usable checkpoint in {out / ckpt.FOLDER}; starting from the beginning",
+              file=sys.stderr)
+    return None
+
+
+def _replay(metrics: Path, trackers: list) -> None:
+    """Send the kept records of metrics.jsonl to freshly opened trackers (a resumed run's mirrors)."""
+    if not trackers:
+        return
+    with metrics.open() as lines:
+        for line in lines:
+            record = json.loads(line)
+            for tracker in trackers:
+                tracker.log(record)
+
+
+class _Checkpoints:
+    """Writes resume checkpoints at clean points of the event loop, on schedule and on SIGINT/SIGTERM."""
+
+    def __init__(self, folder: Path, every: CheckpointEvery, provenance: dict, restored: dict | None):
+        self.folder, self.every = folder, every
+        self.identity = {"config_hash": provenance["config_hash"], "code_key": code_key(provenance["code"])}
+        self.index = ckpt.index_of(ckpt.checkpoints(folder)[0]) if restored and ckpt.checkpoints(folder) else 0
+        self.last_updates = restored["runtime"]["state"].updates if restored else 0
+        self.last_now = restored["sim_time_s"] if restored else 0.0
+        self.restored = restored
+        self.stop_signal: str | None = None
+        self.written, self.seconds, self.megabytes = 0, 0.0, 0.0
+
+    @contextlib.contextmanager
+    def signals(self) -> Iterator[None]:
+        """While the run lasts, SIGINT and SIGTERM ask it to stop at its next clean point (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def ask_stop(signum, frame) -> None:
+            self.stop_signal = signal.Signals(signum).name
+
+        for s in previous:
+            signal.signal(s, ask_stop)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def at_clean_point(self, runtime: SimRuntime, extra: dict, logs: list[_JsonLines]) -> None:
+        """Checkpoint when due or asked to stop (then raise ``RunInterrupted``)."""
+        now, updates = runtime.state.now, runtime.state.updates
+        if not self.stop_signal and not self.every.due(updates, now, self.last_updates, self.last_now):
+            return
+        if not ckpt.clean_point(runtime):
+            return
+        start = time.perf_counter()
+        state = {**self.identity, "sim_time_s": now, "runtime": ckpt.runtime_state(runtime), "rng": ckpt.rng_states(),
+                 "experiment": extra, "offsets": {log.path.name: log.offset for log in logs}}
+        self.index += 1
+        with writing(self.folder):
+            path = ckpt.write(self.folder, self.index, state)
+        self.written += 1
+        self.seconds += time.perf_counter() - start
+        self.megabytes = path.stat().st_size / 2**20
+        self.last_updates, self.last_now = updates, now
+        if self.stop_signal:
+            raise RunInterrupted(self.stop_signal, str(self.folder.parent.parent), str(path), now)
+
+
 def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: _JsonLines, evals_log: _JsonLines,
-              episodes_log: _JsonLines, trackers: list, show_progress: bool):
-    """The simulated run, each record logged as it happens; returns (state, runtime, evals, rewards, masked)."""
-    evals: list[dict] = []
-    masked: list[float] = []
-    rewards: list[float] = []
+              episodes_log: _JsonLines, trackers: list, show_progress: bool, saver: _Checkpoints):
+    """The simulated run, each record logged as it happens; returns (state, runtime, evals, rewards, masked).
+
+    ``saver`` checkpoints at clean points; when it holds a restored checkpoint the runtime and the
+    running lists continue from it."""
+    restored = saver.restored["experiment"] if saver.restored else {"evals": [], "rewards": [], "masked": []}
+    evals: list[dict] = restored["evals"]
+    masked: list[float] = restored["masked"]
+    rewards: list[float] = restored["rewards"]
 
     def log_metrics(record: dict) -> None:
         metrics.write(record)
@@ -377,8 +544,17 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: _Jso
     eval_times = list(np.arange(0.0, scenario.duration_s, interval)) + [scenario.duration_s]
     runtime = SimRuntime(scenario, agent, config.agent.runtime, seed=config.seed, on_update=on_update,
                          on_episode=on_episode, on_eval=on_eval, eval_times=[float(t) for t in eval_times])
+    if saver.restored:
+        ckpt.restore_runtime(runtime, saver.restored["runtime"])
+    extra = {"evals": evals, "rewards": rewards, "masked": masked}
+    logs = [metrics, evals_log, episodes_log]
+
+    def step(state) -> None:
+        report(state, runtime, rewards)
+        saver.at_clean_point(runtime, extra, logs)
+
     with _progress(show_progress, scenario, config) as report:
-        state = runtime.run(progress=lambda s: report(s, runtime, rewards))
+        state = runtime.run(progress=step)
     return state, runtime, evals, rewards, masked
 
 
