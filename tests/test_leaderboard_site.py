@@ -163,6 +163,35 @@ def test_markdown_states_the_facts_and_formats_cells_alike(tmp_path, runs):
     assert "e+" not in md
 
 
+def test_paired_differences_to_grpo_in_markdown_csv_rebuild_and_site(tmp_path, runs):
+    paths = write_scenario_outputs(runs, tmp_path / "b", "style-drift")
+    md = paths["md"].read_text()
+    section = md.split("### Paired differences to grpo", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| recipe − grpo | online reward | AUC | recovery to sentence (h) | recovery to tag (h) |"
+    # sao - grpo, seeds 0 and 1 (grpo has no seed 2): online reward .5-.2 = .3, .6-.4 = .2 -> mean .25,
+    # sd .070711, half 12.706205 * .070711 / sqrt(2) = .635310; AUC .69-.39 twice -> .300 ± .000;
+    # grpo never recovers, so no seed has both recovery times (n=0).
+    assert rows[2] == "| sao − grpo | +0.250 ± 0.635 (n=2) | +0.300 ± 0.000 (n=2) | n/a (n=0) | n/a (n=0) |"
+    # The recipe with an override has seed 0 alone: .9 - .2 = .7, no interval.
+    assert rows[1].startswith("| sao (agent.hparams.lr=3e-5) − grpo | +0.700 (n=1, no CI) | +0.400 (n=1, no CI) |")
+    # The same section from the committed per-seed table, and in the site.
+    assert main(["leaderboard", str(paths["runs"]), "--out", str(tmp_path / "c")]) == 0
+    rebuilt = (tmp_path / "c" / "style-drift.md").read_text()
+    assert rebuilt.split("### Paired", 1)[1] == md.split("### Paired", 1)[1]
+    page, _ = _parse(tmp_path / "c")
+    paired = page.tables["paired-style-drift"]
+    assert paired[0][0] == "recipe − grpo" and paired[2][:3] == ["sao − grpo", "+0.250 ± 0.635 (n=2)", "+0.300 ± 0.000 (n=2)"]
+
+
+def test_no_paired_section_without_the_reference_recipe(tmp_path, runs):
+    sao_only = [d for d in runs if "grpo" not in str(d)]
+    md = write_scenario_outputs(sao_only, tmp_path / "b", "style-drift")["md"].read_text()
+    assert "Paired differences" not in md
+    page, _ = _parse(tmp_path / "b")
+    assert "paired-style-drift" not in page.tables
+
+
 def test_leaderboard_rebuilds_the_same_tables_from_the_per_seed_csv(tmp_path, runs):
     from_runs = write_scenario_outputs(runs, tmp_path / "a", "style-drift")
     assert main(["leaderboard", str(from_runs["runs"]), "--out", str(tmp_path / "b")]) == 0

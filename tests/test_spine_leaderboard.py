@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sao_env.evaluation.adaptation import adaptation_summary, current_accuracy
-from sao_env.evaluation.stats import mean_ci95
+from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.leaderboard.tables import leaderboard_frame
 from sao_env.scenario import Scenario, ScenarioSpec
 
@@ -121,6 +121,24 @@ def test_adaptation_summary_threshold_is_the_scenarios():
     out = adaptation_summary(EVALS, two_phase_scenario(threshold=0.95))
     assert math.isnan(out["time_to_threshold_h/1_a"])
     assert out["recovery_h/2_b"] == pytest.approx(1.0)  # 0.95 reached at 7200 s
+
+
+def test_paired_difference_by_hand():
+    # seeds 0, 1, 2: differences .1, .3, .2 (seed 3 only in a, seed 4's b is NaN: left out)
+    # mean .2, sd .1, half 4.302653 * .1 / sqrt(3) = .248414
+    a = {0: 0.5, 1: 0.7, 2: 0.4, 3: 0.9, 4: 0.1}
+    b = {0: 0.4, 1: 0.4, 2: 0.2, 4: NAN}
+    mean, half, n = paired_difference(a, b)
+    assert n == 3 and mean == pytest.approx(0.2) and half == pytest.approx(0.248414, abs=1e-6)
+    # Pairing matters: unpaired intervals of a and b would be far wider than the paired one.
+    assert half < mean_ci95([0.5, 0.7, 0.4])[1]
+
+
+def test_paired_difference_one_seed_and_none():
+    mean, half, n = paired_difference({0: 0.5}, {0: 0.2, 1: 0.3})
+    assert n == 1 and mean == pytest.approx(0.3) and math.isnan(half)
+    mean, half, n = paired_difference({0: NAN}, {0: 0.2})
+    assert n == 0 and math.isnan(mean) and math.isnan(half)
 
 
 # -- leaderboard table ----------------------------------------------------------------------------

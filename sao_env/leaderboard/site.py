@@ -208,6 +208,7 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
         parts.append('<p class="note">No plot: the input had no adaptation curves and no '
                      f"{e(board.env)}.png (run directories or {e(board.env)}-curves.csv make one).</p>")
     parts.append(_board_table(board, sid))
+    parts.append(_paired_table(board, sid))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -248,6 +249,33 @@ def _board_table(board: ScenarioBoard, sid: str) -> str:
             f'{e(more)}</button> <span class="muted">Best value of each headline column shaded; '
             "<code>never</code>: no seed reached the threshold.</span></p>"
             f'<div class="wrap"><table class="sortable board" id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def _paired_table(board: ScenarioBoard, sid: str) -> str:
+    """Each recipe minus the reference recipe per headline metric, paired by seed (empty without a reference row)."""
+    e = html.escape
+    frame = tables.paired_frame(board)
+    if frame is None or frame.empty:
+        return ""
+    ref = board.reference
+    columns = list(dict.fromkeys(frame["metric"]))
+    head = f'<th data-key="recipe">recipe − {e(ref)}</th>' + "".join(
+        f'<th class="num" data-key="{e(c)}">{e(column_format(c).title)}</th>' for c in columns)
+    body = []
+    for label, rows in frame.groupby("label", sort=False):
+        cells = [f'<td class="label" data-sort="{e(str(label))}">{e(str(label))} − {e(ref)}</td>']
+        by_metric = {r["metric"]: r for _, r in rows.iterrows()}
+        for c in columns:
+            r = by_metric[c]
+            text = tables.format_difference(r["mean"], r["ci95"], int(r["n"]), c)
+            title = f"seeds paired: {r['seeds'] or 'none'}"
+            cells.append(f'<td class="num" data-sort="{_sort_value(r["mean"])}" title="{e(title)}">{e(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<h3>Paired differences to {e(ref)}</h3><p class="muted">Each recipe minus {e(ref)}, paired by seed, '
+            "then mean ± half-width of the 95% t-interval over the seeds' differences; n: seeds where both have "
+            "the value (no interval with n=1).</p>"
+            f'<div class="wrap"><table class="sortable paired" id="paired-{sid}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 

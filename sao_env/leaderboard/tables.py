@@ -33,7 +33,7 @@ import pandas as pd
 import yaml
 
 from sao_env.errors import UserError
-from sao_env.evaluation.stats import mean_ci95
+from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.provenance import code_key, config_hash, short
 
 SORT_KEY = "online_reward"
@@ -49,6 +49,8 @@ the configuration); ``agent`` the run's own label (its directory name, ``sao+<ha
 ``recipe`` the agent recipe's name."""
 UNKNOWN = "?"
 """What a table shows for a fact its input did not record (tolerant reading of older CSVs)."""
+REFERENCE = "grpo"
+"""The recipe every other row is compared with, seed by seed, when both are on the board."""
 
 
 # ----------------------------------------------------------------------------- metric columns
@@ -267,6 +269,8 @@ class ScenarioBoard:
     """label, seed, sim_time_h, accuracy; None when unknown."""
     source: str = "run directories"
     notes: list[str] = field(default_factory=list)
+    reference: str = REFERENCE
+    """Label of the row the paired differences are taken against (``paired_frame``)."""
 
     @property
     def metrics(self) -> list[str]:
@@ -465,8 +469,82 @@ def markdown(board: ScenarioBoard, *, generator: str, plot: Path | None = None) 
         cells = [str(int(row["rank"])), _md_escape(str(row["label"])), _seeds_cell(row)]
         cells += [format_cell(row[c], row[f"{c}_ci95"], row.get(f"{c}_missed", 0) or 0, row["seeds"], c) for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += paired_markdown(board)
     lines += ["", f"Generated on {date.today().isoformat()}."]
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- paired differences
+
+
+def paired_frame(board: ScenarioBoard, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """Each row's headline metrics minus the reference row's (``board.reference``), paired by seed.
+
+    One row per (label, metric): ``label, reference, metric, mean, ci95, n, seeds`` (the seeds paired;
+    ``stats.paired_difference``). None when the board has no per-seed rows, no reference row or no
+    other row. Rows are in the board's rank order.
+    """
+    if board.records is None or board.records.empty:
+        return None
+    records = board.records
+    labels = [str(x) for x in board.frame["label"]]
+    if board.reference not in labels or len(labels) < 2:
+        return None
+    columns = columns if columns is not None else headline_columns(board.metrics)
+    columns = [c for c in columns if c in records.columns]
+
+    def by_seed(label: str, column: str) -> dict:
+        rows = records[records["label"].astype(str) == label]
+        return {_seed_key(s): finite_float(v) for s, v in zip(rows["seed"], rows[column])}
+
+    out = []
+    for label in labels:
+        if label == board.reference:
+            continue
+        for column in columns:
+            mine, theirs = by_seed(label, column), by_seed(board.reference, column)
+            mean, half, n = paired_difference(mine, theirs)
+            paired = sorted(s for s in set(mine) & set(theirs) if mine[s] is not None and theirs[s] is not None)
+            out.append({"label": label, "reference": board.reference, "metric": column, "mean": mean, "ci95": half,
+                        "n": n, "seeds": ", ".join(map(str, paired))})
+    return pd.DataFrame(out)
+
+
+def format_difference(mean: float, half: float, n: int, column: str) -> str:
+    """``-0.012 ± 0.020 (n=3)``; ``-0.012 (n=1, no CI)``; ``n/a (n=0)`` when no seed has both values."""
+    if n == 0 or mean is None or math.isnan(mean):
+        return "n/a (n=0)"
+    decimals = column_format(column).decimals
+    text = f"{mean:+,.{decimals}f}"
+    if n < 2 or half is None or math.isnan(half):
+        return f"{text} (n={n}, no CI)"
+    return f"{text} ± {half:,.{decimals}f} (n={n})"
+
+
+def paired_markdown(board: ScenarioBoard) -> list[str]:
+    """The Markdown section of paired differences (no lines when ``paired_frame`` is None)."""
+    frame = paired_frame(board)
+    if frame is None or frame.empty:
+        return []
+    columns = list(dict.fromkeys(frame["metric"]))
+    ref = board.reference
+    lines = ["", f"### Paired differences to {ref}", "",
+             f"Each recipe minus {ref}, paired by seed (the difference between the two runs of the same seed), then "
+             "the mean ± half-width of the 95% Student-t interval over the seeds' differences; "
+             "n: seeds where both have the value (a recovery that never happened leaves its seed out). "
+             "An interval that excludes 0 is a difference the seeds support.", ""]
+    header = [f"recipe − {ref}"] + [column_format(c).title for c in columns]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---|" + "|".join("---:" for _ in columns) + "|")
+    for label, rows in frame.groupby("label", sort=False):
+        cells = {r["metric"]: format_difference(r["mean"], r["ci95"], int(r["n"]), r["metric"]) for _, r in rows.iterrows()}
+        lines.append("| " + " | ".join([_md_escape(f"{label} − {ref}")] + [cells[c] for c in columns]) + " |")
+    return lines
+
+
+def _seed_key(seed: Any) -> Any:
+    x = finite_float(seed)
+    return int(x) if x is not None and x.is_integer() else seed
 
 
 def _seeds_cell(row) -> str:
