@@ -192,6 +192,51 @@ def test_no_paired_section_without_the_reference_recipe(tmp_path, runs):
     assert "paired-style-drift" not in page.tables
 
 
+def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
+    board = tmp_path / "b"
+    paths = write_scenario_outputs(runs, board, "style-drift")
+    # A second scenario, from the same per-seed rows renamed: grpo and sao only.
+    rows = _rows(paths["runs"])
+    other = [dict(r, env="other-drift") for r in rows if r["label"] in ("sao", "grpo")]
+    with (board / "other-drift-runs.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(other)
+    tuning = board / "tuning"
+    tuning.mkdir()
+    (tuning / "style-drift-sao.csv").write_text(
+        "trial,agent.hparams.lr,overrides,cut,seed,config_hash,code_version,run_dir,objective,auc\n"
+        "1,1e-4,agent.hparams.lr=1e-4,env.phases.0.duration_h=0.1,0,h1,c,r,auc,0.3\n"
+        "1,1e-4,agent.hparams.lr=1e-4,env.phases.0.duration_h=0.1,1,h1,c,r,auc,0.5\n"
+        "2,2e-4,agent.hparams.lr=2e-4,env.phases.0.duration_h=0.1,0,h2,c,r,auc,0.6\n"
+        "2,2e-4,agent.hparams.lr=2e-4,env.phases.0.duration_h=0.1,1,h2,c,r,auc,0.6\n")
+    (board / "README.md").unlink()
+    assert main(["leaderboard", "--summary", str(board)]) == 0
+    capsys.readouterr()
+    text = (board / "README.md").read_text()
+    lines = text.splitlines()
+    online = lines[lines.index("## online reward"):lines.index("## AUC")]
+    assert "| recipe | algorithm | [other-drift](other-drift.md) | [style-drift](style-drift.md) |" in online
+    # other-drift has sao and grpo alone, so sao ranks 1 of 2 there and 2 of 3 on style-drift.
+    assert "| sao | sao | 0.600 ± 0.248 (n=3) #1 of 2 | 0.600 ± 0.248 (n=3) #2 of 3 |" in online
+    assert "| sao (agent.hparams.lr=3e-5) | sao | — | 0.900 (n=1) #1 of 3 |" in online
+    paired = lines[lines.index("## Paired differences to grpo"):lines.index("## Scenarios")]
+    assert "| sao − grpo | online reward | +0.250 ± 0.635 (n=2) | +0.250 ± 0.635 (n=2) |" in paired
+    assert "| sao (agent.hparams.lr=3e-5) − grpo | AUC | — | +0.400 (n=1, no CI) |" in paired
+    assert "[per-seed table](style-drift-runs.csv)" in text and "recovery threshold 0.6" in text
+    # Tuning: trial 2 wins (0.6 against 0.4), two trials x two seeds on the stated cut.
+    assert ("| [style-drift-sao](tuning/style-drift-sao.md) | 2 x 2 | `env.phases.0.duration_h=0.1` | auc | "
+            "`agent.hparams.lr=2e-4` | 0.600 ± 0.000 |") in text
+    # Written again with the scenario's tables.
+    write_scenario_outputs(runs, board, "style-drift")
+    assert (board / "README.md").read_text() == text
+    assert main(["leaderboard", "--summary", str(tmp_path / "nowhere")]) == 2
+    assert main(["leaderboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"sao-env: error: --summary {tmp_path / 'nowhere'}: no such folder",
+                                "sao-env: error: give run directories or tables to rebuild, or --summary DIR"]
+
+
 def test_leaderboard_rebuilds_the_same_tables_from_the_per_seed_csv(tmp_path, runs):
     from_runs = write_scenario_outputs(runs, tmp_path / "a", "style-drift")
     assert main(["leaderboard", str(from_runs["runs"]), "--out", str(tmp_path / "b")]) == 0

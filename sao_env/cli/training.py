@@ -110,15 +110,24 @@ def compare(
 
 
 def leaderboard(
-    runs: list[Path] = typer.Argument(..., help="Run directories, folders containing them, or leaderboard tables: per-seed <env>-runs.csv or aggregated <env>.csv."),
+    runs: Optional[list[Path]] = typer.Argument(None, help="Run directories, folders containing them, or leaderboard tables: per-seed <env>-runs.csv or aggregated <env>.csv."),
     out_dir: Path = typer.Option(Path("leaderboards"), "--out", help="Where the tables, plots and index.html go."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Write DIR/README.md, the cross-scenario summary, from DIR's per-seed tables (<env>-runs.csv) and DIR/tuning/."),
 ) -> None:
-    """Rebuild leaderboard tables, plots and the site (index.html) from runs or committed tables."""
+    """Rebuild leaderboard tables, plots, the site (index.html) and the summary (README.md) from runs or committed tables."""
     from sao_env.leaderboard import rebuild
+    from sao_env.leaderboard.summary import write_summary
 
-    for md in rebuild(runs, out_dir):
-        console.print(f"wrote {md}")
-    console.print(f"site: {out_dir / 'index.html'}")
+    if not runs and summary is None:
+        raise UserError("give run directories or tables to rebuild, or --summary DIR")
+    if runs:
+        for md in rebuild(runs, out_dir):
+            console.print(f"wrote {md}")
+        console.print(f"site: {out_dir / 'index.html'}")
+    if summary is not None:
+        if not summary.is_dir():
+            raise UserError(f"--summary {summary}: no such folder")
+        console.print(f"summary: {write_summary(summary)}")
 
 
 def list_specs() -> None:

@@ -4,11 +4,13 @@ Entry points (what ``sao-env compare`` and ``sao-env leaderboard`` call):
 
 - ``write_scenario_outputs(run_dirs, leaderboard_dir, env_name)``: one scenario's finished run
   directories -> ``<env>-runs.csv``, ``<env>-curves.csv``, ``<env>.csv``, ``<env>.md``,
-  ``<env>.png``, then ``index.html`` rebuilt from every table in the folder;
+  ``<env>.png``, then ``index.html`` and the summary ``README.md`` rebuilt from every table in the folder;
 - ``write_table_outputs(csv_path, leaderboard_dir)``: the same from a committed per-seed table
   (``<env>-runs.csv``) or an aggregated one (``<env>.csv``);
 - ``rebuild(inputs, leaderboard_dir)``: what ``sao-env leaderboard`` does with any mix of run
   directories, folders holding them, and tables;
+- ``sao_env.leaderboard.summary.write_summary(dir)``: the cross-scenario ``README.md`` from the
+  folder's per-seed tables and its ``tuning/`` tables (``sao-env leaderboard --summary DIR``);
 - ``sao_env.leaderboard.benchmarks.record_benchmark(dir, summary)``: a benchmark evaluation's row.
 """
 
@@ -21,7 +23,8 @@ __all__ = ["rebuild", "write_board", "write_scenario_outputs", "write_table_outp
 
 
 def write_board(board, folder: Path, *, generator: str, plot_from: Path | None = None) -> dict[str, Path]:
-    """Write a ``ScenarioBoard``'s tables and plot into ``folder`` and rebuild the site there.
+    """Write a ``ScenarioBoard``'s tables and plot into ``folder`` and rebuild the site and, when the
+    folder holds per-seed tables, the cross-scenario summary ``README.md`` there.
 
     The plot is drawn from the board's curves; without curves, ``plot_from`` (an earlier plot of
     the same table) is copied when given. Returns the paths written by kind.
@@ -42,6 +45,10 @@ def write_board(board, folder: Path, *, generator: str, plot_from: Path | None =
     if png.is_file():
         paths["png"] = png
     paths["html"] = write_site(folder, generator=generator)
+    if any(folder.glob("*-runs.csv")):
+        from sao_env.leaderboard.summary import write_summary
+
+        paths["summary"] = write_summary(folder)
     return paths
 
 
