@@ -99,3 +99,50 @@ def _float(value) -> float | None:
 
 def _floats(text) -> list[float]:
     return [x for x in (_float(part) for part in str(text or "").split(";")) if x is not None]
+
+
+TRAINING_PANELS = (("train/reward_mean", "training reward (batch mean)"), ("actor/entropy", "policy entropy (nats/token)"),
+                   ("actor/grad_norm", "actor grad-norm (before clipping)"))
+"""The per-update metrics ``plot_training`` draws, one panel each (docs/metrics.md)."""
+
+
+def load_updates(run_dir: Path) -> pd.DataFrame:
+    """One row per learner update of a run (``metrics.jsonl`` without its evaluation records)."""
+    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]
+    return pd.DataFrame([r for r in rows if r.get("kind") != "eval" and "update" in r])
+
+
+def plot_training(runs: dict[str, Path], path: Path, *, title: str, window: int = 50,
+                  panels: tuple[tuple[str, str], ...] = TRAINING_PANELS) -> Path:
+    """Per-update training metrics of runs (``{label: run dir}``) against the learner update: the raw
+    values faint, their centred rolling mean over ``window`` updates bold; drifts as dashed lines at the
+    first update after each drift (one colour per run). Updates without a metric (SAO's critic-only
+    warm-up has no actor step) are gaps."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels)), sharex=True)
+    for i, (label, run_dir) in enumerate(runs.items()):
+        updates = load_updates(run_dir)
+        drifts = json.loads((Path(run_dir) / "summary.json").read_text()).get("drift_times_h", [])
+        color = f"C{i % 10}"
+        for ax, (key, _) in zip(axes, panels):
+            if key not in updates:
+                continue
+            y = pd.to_numeric(updates[key], errors="coerce")
+            ax.plot(updates["update"], y, color=color, alpha=0.18, lw=0.6)
+            ax.plot(updates["update"], y.rolling(window, center=True, min_periods=max(1, window // 5)).mean(),
+                    color=color, lw=1.8, label=f"{label} ({len(updates)} updates)")
+            for d in drifts:
+                after = updates.loc[updates["sim_time_s"] >= d * 3600, "update"]
+                if len(after):
+                    ax.axvline(after.iloc[0], color=color, ls="--", lw=0.8, alpha=0.7)
+    for ax, (_, name) in zip(axes, panels):
+        ax.set_ylabel(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(title)
+    axes[0].legend(fontsize=8, loc="best", title=f"bold: rolling mean over {window} updates; dashed: drifts",
+                   title_fontsize=8)
+    axes[-1].set_xlabel("learner update")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+    return path
