@@ -1,0 +1,53 @@
+"""``RuntimeSpec``: how rollouts and the learner are scheduled (agents/*.yaml ``runtime:``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RuntimeSpec(BaseModel):
+    """How rollouts and the learner are scheduled (agents/*.yaml ``runtime:``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["sim", "threads", "ray"] = "sim"
+    """Engine: ``sim`` (discrete-event, simulated clock, deterministic), ``threads`` (one machine, learner
+    and rollout workers concurrent in wall-clock time) or ``ray`` (rollout workers as Ray actors). See docs/runtime.md."""
+    max_staleness: int = Field(4, ge=0)
+    """Learner updates an episode may lag behind; 0 = synchronous on-policy."""
+    buffer_capacity: int = Field(64, ge=1)
+    """Completed episodes the buffer holds before producers block."""
+    on_full: Literal["block", "drop_oldest"] = "block"
+    """Full buffer: block the producer (default) or drop the oldest group (counted and logged)."""
+    temperature: float = Field(1.0, gt=0)
+    """Rollout sampling temperature; must be 1 for training (see ``_untempered``)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Rollout nucleus sampling; must be 1 for training (see ``_untempered``)."""
+    batch_generation: bool = True
+    """Generate the requests started under the same weights together, as one batch. Each episode
+    samples from its own stream (seed, request, member), so the run equals one-request-at-a-time
+    generation up to float rounding between batch shapes (tests/test_batched_generation.py)."""
+    time_scale: float = Field(0.05, gt=0)
+    """Real-time backends: wall-clock seconds per scenario second. Phases last ``duration x time_scale``
+    of wall clock, and the latency model's environment waits are injected scaled by it (``sim`` ignores it)."""
+    workers: int | None = Field(None, ge=1)
+    """Real-time backends: rollout workers, each playing one group at a time (default: the scenario's
+    ``rollout_slots // group_size``)."""
+    generator: Literal["hf", "vllm"] = "hf"
+    """Real-time backends: ``hf`` samples with the training model's own forward; ``vllm`` serves rollouts
+    from a vLLM engine (GPU; ``pip install '.[vllm]'``)."""
+    address: str | None = None
+    """``ray`` backend: the cluster to join (``ray.init(address=...)``, e.g. ``auto``); none starts a local one."""
+    ray_num_cpus: int | None = Field(None, ge=1)
+    """``ray`` backend, local cluster only: CPUs it may use (default: all)."""
+
+    @model_validator(mode="after")
+    def _untempered(self) -> "RuntimeSpec":
+        """The learner's ratios pi_theta / pi_rollout compare against the plain softmax; rollouts drawn
+        from a tempered or truncated distribution would bias every ratio, so training refuses them."""
+        if self.temperature != 1.0 or self.top_p != 1.0:
+            raise ValueError(f"temperature={self.temperature} / top_p={self.top_p}: rollouts for training must "
+                             f"sample the policy itself (1.0 / 1.0), or every importance ratio is biased")
+        return self
