@@ -64,6 +64,7 @@ from sao_env.policy.warmstart import load_warm_started
 from sao_env.provenance import code_key, code_version, config_hash, datasets_read, package_versions, short
 from sao_env.runtime import checkpoint as ckpt
 from sao_env.runtime.checkpoint import CheckpointEvery
+from sao_env.runtime import runtime_class
 from sao_env.runtime.sim import RuntimeSpec, SimRuntime
 from sao_env.scenario import Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
@@ -542,8 +543,9 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: _Jso
 
     interval = config.env.eval.interval_h * 3600
     eval_times = list(np.arange(0.0, scenario.duration_s, interval)) + [scenario.duration_s]
-    runtime = SimRuntime(scenario, agent, config.agent.runtime, seed=config.seed, on_update=on_update,
-                         on_episode=on_episode, on_eval=on_eval, eval_times=[float(t) for t in eval_times])
+    runtime_cls = runtime_class(config.agent.runtime.backend)
+    runtime = runtime_cls(scenario, agent, config.agent.runtime, seed=config.seed, on_update=on_update,
+                          on_episode=on_episode, on_eval=on_eval, eval_times=[float(t) for t in eval_times])
     if saver.restored:
         ckpt.restore_runtime(runtime, saver.restored["runtime"])
     extra = {"evals": evals, "rewards": rewards, "masked": masked}

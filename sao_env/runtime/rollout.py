@@ -13,7 +13,7 @@ conversation reaches that limit, as if generation had stopped there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -76,11 +76,14 @@ def play(
     generator: torch.Generator | None = None,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    sampler: Callable[..., list] = sample,
 ) -> list[Rollout]:
     """Play each task to its end with ``model``; episodes advance turn by turn as one batch.
 
     With ``row_keys`` (one per task) every episode samples from its own counter-based stream, so an
     episode is the same whichever episodes share its batch; ``generator`` shares one stream instead.
+    ``sampler`` generates each turn (``generate.sample``'s signature; a vLLM engine's in
+    ``policy/vllm_generator.py``).
     """
     envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns) for task in tasks]
     rollouts = [Rollout(task) for task in tasks]
@@ -93,7 +96,7 @@ def play(
     active = list(range(len(tasks)))
     try:
         while active:
-            samples = sample(model, [rollouts[i].tokens_T for i in active], max_new_tokens=spec.max_new_tokens,
+            samples = sampler(model, [rollouts[i].tokens_T for i in active], max_new_tokens=spec.max_new_tokens,
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                              generator=generator, row_keys=None if row_keys is None else [row_keys[i] for i in active],
                              temperature=temperature, top_p=top_p)
