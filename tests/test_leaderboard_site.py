@@ -37,6 +37,9 @@ from sao_env.specs import find_spec, load_yaml
 REPO = Path(__file__).resolve().parents[1]
 CODE = {"git_commit": "a" * 40, "dirty": False, "diff_sha256": None, "sao_env": "0.1.0"}
 STYLE_DRIFT = load_yaml(find_spec("envs", "style-drift"))
+STYLE_DRIFT["rollout_slots"] = 8  # the fake runs keep the scenario's earlier shape: 0.1 + 0.25 + 0.25 h, 8 slots
+for _phase, _hours in zip(STYLE_DRIFT["phases"], (0.1, 0.25, 0.25)):
+    _phase["duration_h"] = _hours
 TIMES_H = [round(0.02 * i, 2) for i in range(31)]  # style-drift: evaluations every 0.02 h over 0.6 h
 LEGACY_CSV = """agent,algorithm,seeds,online_reward,online_reward_ci95,auc,auc_ci95,recovery_h/3_tag,recovery_h/3_tag_ci95,recovery_h/3_tag_missed,episodes_per_hour,episodes_per_hour_ci95
 grpo,grpo,1,0.445259,,0.448437,,0.07,,0,3160,
@@ -253,7 +256,7 @@ def test_the_older_aggregated_csv_is_read_with_unknowns_stated(tmp_path):
     board = board_from_csv(tmp_path / "style-drift.csv")
     assert board.env == "style-drift" and board.records is None
     assert list(board.frame["label"]) == ["grpo", "sao"] and list(board.frame["rank"]) == [1, 2]
-    assert board.facts["duration_h"] == 0.6 and board.facts["recovery_threshold"] == 0.6  # from envs/style-drift.yaml
+    assert board.facts["duration_h"] == 0.65 and board.facts["recovery_threshold"] == 0.6  # from envs/style-drift.yaml
     assert any("envs/style-drift.yaml" in n for n in board.notes)
     assert set(board.frame["seed_list"]) == {"?"} and set(board.frame["overrides"]) == {"?"}
     md = write_table_outputs(tmp_path / "style-drift.csv", tmp_path / "out")["md"]

@@ -26,6 +26,7 @@ def two_phase_config(agent: str) -> RunConfig:
     env["phases"] = env["phases"][:2]
     env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.25, 0.55
     env["eval"]["interval_h"] = 0.05
+    env["rollout_slots"] = 8  # calibrated on 8 slots (the scenario has 16 since its redesign)
     return RunConfig(env=env, agent=load_yaml(find_spec("agents", agent)), seed=0)
 
 
