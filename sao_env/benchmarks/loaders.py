@@ -132,15 +132,16 @@ class DataUnreachable(UserError):
         super().__init__(f"{reason}; {hint}")
 
 
-def load_hub_rows(dataset: str, split: str) -> list[dict[str, Any]]:
-    """Rows of a hub dataset; no network (or no such dataset) is a one-line DataUnreachable error."""
+def load_hub_rows(dataset: str, split: str, revision: str = "main") -> list[dict[str, Any]]:
+    """Rows of a hub dataset at ``revision`` (a commit sha pins them; a branch follows it); no network
+    (or no such dataset or revision) is a one-line DataUnreachable error."""
     try:
         import datasets
 
-        table = datasets.load_dataset(dataset, split=split)
+        table = datasets.load_dataset(dataset, split=split, revision=revision)
     except Exception as err:  # noqa: BLE001  (datasets raises many kinds when offline)
         reason = (str(err).strip().splitlines() or [""])[0][:160]
-        raise DataUnreachable(f"cannot reach the Hugging Face hub for {dataset} ({type(err).__name__}: {reason})") from err
+        raise DataUnreachable(f"cannot reach the Hugging Face hub for {dataset} (revision {revision}; {type(err).__name__}: {reason})") from err
     return [dict(row) for row in table]
 
 
@@ -171,13 +172,15 @@ class BenchmarkLoader:
         suite: SuiteSpec | str | None = None,
         dataset: str | None = None,
         split: str | None = None,
+        revision: str | None = None,
     ):
         self.suite = suite if isinstance(suite, SuiteSpec) else load_suite(suite or self.default_suite)
         if self.suite.loader != self.loader_name:
             raise UserError(f"suite {self.suite.name} uses loader {self.suite.loader}, not {self.loader_name}")
-        if dataset is not None or split is not None:
+        if dataset is not None or split is not None or revision is not None:
             self.suite = self.suite.model_copy(update={"dataset": dataset or self.suite.dataset,
-                                                        "split": split or self.suite.split})
+                                                        "split": split or self.suite.split,
+                                                        "revision": revision or self.suite.revision})
         self.data = Path(data) if data is not None else None
         self.source = ""
         """Where the rows came from (hub id, URL or file), set by ``load()``."""
@@ -188,7 +191,7 @@ class BenchmarkLoader:
             self.source = str(path)
             return read_rows(path)
         self.source = self.suite.dataset
-        return load_hub_rows(self.suite.dataset, self.suite.split)
+        return load_hub_rows(self.suite.dataset, self.suite.split, self.suite.revision)
 
     def check_columns(self, rows: list[dict[str, Any]]) -> None:
         present = set(rows[0]) if rows else set()
@@ -259,8 +262,8 @@ class MathArena(BenchmarkLoader):
 class IMOAnswerBench(BenchmarkLoader):
     """IMO-AnswerBench (Problem ID, Problem, Short Answer, Category, Subcategory, Source).
 
-    The default source is the official CSV at the URL in evals/imo_answerbench.yaml, read with the
-    csv module and repaired where a stray quote split a record (see :func:`read_csv_rows`).
+    The default source is the official CSV at the URL in evals/imo_answerbench.yaml, at the pinned
+    commit of its ``revision`` (substituted for ``{revision}`` in the URL), read with the csv module and repaired where a stray quote split a record (see :func:`read_csv_rows`).
     """
 
     loader_name = "imo_answerbench"
@@ -269,8 +272,8 @@ class IMOAnswerBench(BenchmarkLoader):
 
     def rows(self) -> list[dict[str, Any]]:
         if self.data is None and self.suite.dataset.startswith(("http://", "https://")):
-            self.source = self.suite.dataset
-            rows, _ = read_csv_rows(fetch_url_text(self.suite.dataset, what=self.suite.name), source=self.source)
+            self.source = self.suite.dataset.replace("{revision}", self.suite.revision)
+            rows, _ = read_csv_rows(fetch_url_text(self.source, what=self.suite.name), source=self.source)
             return rows
         return super().rows()
 

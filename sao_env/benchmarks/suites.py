@@ -50,6 +50,10 @@ class SuiteSpec(BaseModel):
     """Hugging Face dataset id (or, for IMO-AnswerBench, the URL of the official CSV)."""
     split: str = "test"
     """Dataset split read from the hub."""
+    revision: str = "main"
+    """The dataset's revision: a commit of the hub dataset (``load_dataset(revision=...)``), or of
+    the repository a URL ``dataset`` names (substituted for ``{revision}`` in it). ``main`` reads the
+    current head (unpinned); recorded in provenance either way."""
     data_dirs: list[str] = Field(default_factory=list)
     """Sub-folders of a ``--data`` folder searched for this suite's file (e.g. ``hmmt/hmmt_feb_2025``)."""
     prompt_template: str
