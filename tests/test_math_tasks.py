@@ -21,6 +21,7 @@ from sao_env.tasks.olympiad import (
     polynomial_from_roots,
     render_fraction,
     render_polynomial,
+    slipped_answer,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -50,7 +51,7 @@ def test_every_generated_problem_grades_one_when_right_and_zero_when_wrong():
             tasks += draw(olympiad(categories=[category], difficulty=difficulty), 100 * difficulty + seed, 40)
     assert {t.metadata["category"] for t in tasks} == set(CATEGORIES)
     rng = np.random.default_rng(0)
-    right = [(t, OlympiadSource.demonstrate(t, rng)) for t in tasks]
+    right = [(t, olympiad().demonstrate(t, rng)) for t in tasks]
     wrong = [(t, f"\\boxed{{{wrong_answer(t.reference['answer'])}}}") for t in tasks]
     results = grade_math_batch(right + wrong)
     failures = [(t.prompt, t.reference["answer"], r.details["reason"])
@@ -199,7 +200,7 @@ def test_task_fields_prompt_shape_and_aime_range():
         assert task.metadata["template"] in TEMPLATES[task.metadata["category"]]
         assert isinstance(task.prompt, str) and task.prompt.endswith("\n") and len(task.prompt) <= 120
         assert set(task.reference) == {"answer"} and isinstance(task.reference["answer"], str)
-        assert OlympiadSource.demonstrate(task, np.random.default_rng(0)) == f"\\boxed{{{task.reference['answer']}}}"
+        assert olympiad().demonstrate(task, np.random.default_rng(0)) == f"\\boxed{{{task.reference['answer']}}}"
         if task.metadata["category"] == "aime":
             assert 0 <= int(task.reference["answer"]) <= 999
     assert len({t.id for t in tasks}) == len(tasks)
@@ -250,6 +251,32 @@ def test_params_are_validated():
         olympiad(difficulty=0)
     with pytest.raises(ValueError, match="Extra inputs"):
         olympiad(level=2)
+    with pytest.raises(ValueError, match="slip_share"):
+        olympiad(slip_share=1.0)
+
+
+def test_slips_are_each_categorys_own_and_written_like_answers():
+    # combinatorics +1, number theory -1, geometry x2, algebra sign, aime +1
+    assert slipped_answer("combinatorics", "10") == "11" and slipped_answer("number_theory", "6") == "5"
+    assert slipped_answer("geometry", "9\\pi") == "18\\pi" and slipped_answer("geometry", "\\pi") == "2\\pi"
+    assert slipped_answer("geometry", "\\frac{15}{2}") == "15"  # the dropped 1/2 of a triangle's area
+    assert slipped_answer("algebra", "\\frac{10}{3}") == "-\\frac{10}{3}" and slipped_answer("algebra", "-3") == "3"
+    assert slipped_answer("aime", "999") == "1000"
+
+
+def test_slipped_demonstrations_grade_zero_at_the_stated_share():
+    source = olympiad(categories=["combinatorics", "geometry", "number_theory"], slip_share=0.6)
+    tasks = draw(source, 3, 400)
+    rng = np.random.default_rng(0)
+    results = grade_math_batch([(t, source.demonstrate(t, rng)) for t in tasks])
+    right = sum(r.reward for r in results) / len(tasks)
+    assert 0.33 <= right <= 0.47, right  # 0.4 expected; binomial sd 0.024 over 400
+    slips = [(t, r) for t, r in zip(tasks, results) if r.reward == 0.0]
+    rng = np.random.default_rng(0)
+    demos = [source.demonstrate(t, rng) for t in tasks]
+    assert all(d == f"\\boxed{{{slipped_answer(t.metadata['category'], t.reference['answer'])}}}"
+               for (t, _), d in zip(slips, [demos[tasks.index(t)] for t, _ in slips]))
+    assert all(olympiad().demonstrate(t, rng) == f"\\boxed{{{t.reference['answer']}}}" for t in tasks[:50])
 
 
 def test_rendering_helpers():

@@ -17,6 +17,7 @@ Answers are written as the benchmarks write them: integers, ``\\frac{p}{q}`` for
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -392,6 +393,33 @@ has integer answers from 0 to 999 like AIME (and BeyondAIME/HMMT's integer probl
 
 CATEGORIES: tuple[str, ...] = tuple(TEMPLATES)
 
+SLIPS: dict[str, Callable[[Fraction], Fraction]] = {
+    "algebra": lambda v: -v,
+    "combinatorics": lambda v: v + 1,
+    "geometry": lambda v: 2 * v,
+    "number_theory": lambda v: v - 1,
+    "aime": lambda v: v + 1,
+}
+"""category -> its classic slip applied to the value of the answer: a sign error (algebra), counting
+one too many (combinatorics: the empty choice, a fencepost), a factor of two (geometry: a dropped
+1/2, the diameter for the radius), one too few (number theory), a fencepost (AIME). Each category
+slips in its own way, so unlearning one category's slip does not unlearn another's."""
+
+
+def slipped_answer(category: str, answer: str) -> str:
+    """``answer`` (an integer, ``\\frac{p}{q}`` or ``k\\pi`` as the generators write them) after the
+    category's slip, written the same way (``SLIPS``)."""
+    pi = answer.endswith("\\pi")
+    text = answer.removesuffix("\\pi") if pi else answer
+    if pi and text in ("", "-"):
+        text += "1"
+    fraction = re.fullmatch(r"(-?)\\frac\{(\d+)\}\{(\d+)\}", text)
+    value = Fraction(int(fraction[2]), int(fraction[3])) * (-1 if fraction[1] else 1) if fraction else Fraction(int(text))
+    slipped = SLIPS[category](value)
+    if not pi:
+        return render_fraction(slipped)
+    return render_pi_multiple(int(slipped)) if slipped.denominator == 1 else render_fraction(slipped) + "\\pi"
+
 
 class OlympiadParams(BaseModel):
     """One phase's olympiad-style source: which categories, how often, how hard."""
@@ -404,6 +432,10 @@ class OlympiadParams(BaseModel):
     """Relative weight of each listed category (same length as ``categories``); None: uniform."""
     difficulty: int = Field(1, ge=1, le=MAX_DIFFICULTY)
     """1: one-step facts with small numbers; each step up: bigger numbers or one more step."""
+    slip_share: float = Field(0.0, ge=0.0, lt=1.0)
+    """Share of warm-start demonstrations that make the category's classic slip (``SLIPS``) instead
+    of answering right: a starting policy that knows each method but also a plausible wrong one,
+    which reward can tell apart (topic-drift). 0: every demonstration is right."""
 
     @model_validator(mode="after")
     def _check(self) -> OlympiadParams:
@@ -446,7 +478,9 @@ class OlympiadSource:
             env="text",
         )
 
-    @staticmethod
-    def demonstrate(task: Task, rng: np.random.Generator) -> str:
-        """The correct response: ``\\boxed{<answer>}``."""
-        return f"\\boxed{{{task.reference['answer']}}}"
+    def demonstrate(self, task: Task, rng: np.random.Generator) -> str:
+        """``\\boxed{<answer>}``, or with probability ``slip_share`` the category's slipped answer."""
+        answer = task.reference["answer"]
+        if self.params.slip_share > 0 and rng.random() < self.params.slip_share:
+            answer = slipped_answer(task.metadata["category"], answer)
+        return f"\\boxed{{{answer}}}"
