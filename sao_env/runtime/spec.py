@@ -33,8 +33,8 @@ class RuntimeSpec(BaseModel):
     """Real-time backends: wall-clock seconds per scenario second. Phases last ``duration x time_scale``
     of wall clock, and the latency model's environment waits are injected scaled by it (``sim`` ignores it)."""
     workers: int | None = Field(None, ge=1)
-    """Real-time backends: rollout workers, each playing one group at a time (default: the scenario's
-    ``rollout_slots // group_size``)."""
+    """Real-time backends: rollout workers (threads or Ray actors), each playing up to its share of the
+    rollout slots as one batch (default: one per CPU of this machine, at most ``rollout_slots // group_size``)."""
     generator: Literal["hf", "vllm"] = "hf"
     """Real-time backends: ``hf`` samples with the training model's own forward; ``vllm`` serves rollouts
     from a vLLM engine (GPU; ``pip install '.[vllm]'``)."""

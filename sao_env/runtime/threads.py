@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -88,24 +89,28 @@ class LocalWorkers:
             from sao_env.policy.vllm_generator import VLLMGenerator
 
             self.sampler = VLLMGenerator.from_policy(runtime.agent.policy, runtime.tokenizer)
+            self.sampler.version = runtime.agent.version
+        self.sampler_lock = threading.Lock()
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the workers will read: a detached copy, so the learner may keep training its own tensors."""
         return {k: v.detach().clone() for k, v in weights.items()}
 
     def play(self, w: int, requests: list[Request], version: int, published) -> list[Rollout]:
-        rt = self.runtime
+        rt, G = self.runtime, self.runtime.agent.group_size
         if self.versions[w] != version:
             with torch.no_grad():
                 self.models[w].load_state_dict(published)
-            if self.sampler is not None:
-                self.sampler.load_weights(published, version)
             self.versions[w] = version
-        G = rt.agent.group_size
-        kwargs = {} if self.sampler is None else {"sampler": self.sampler.sample}
-        return play(self.models[w], rt.tokenizer, [r.task for r in requests for _ in range(G)], rt.scenario.spec,
-                    env_seeds=[s for r in requests for s in r.env_seeds], row_keys=[k for r in requests for k in r.row_keys],
-                    temperature=rt.spec.temperature, top_p=rt.spec.top_p, **kwargs)
+        args = (self.models[w], rt.tokenizer, [r.task for r in requests for _ in range(G)], rt.scenario.spec)
+        kwargs = {"env_seeds": [s for r in requests for s in r.env_seeds], "row_keys": [k for r in requests for k in r.row_keys],
+                  "temperature": rt.spec.temperature, "top_p": rt.spec.top_p}
+        if self.sampler is None:
+            return play(*args, **kwargs)
+        with self.sampler_lock:  # one engine serves every worker thread, one batch at a time
+            if self.sampler.version != version:
+                self.sampler.load_weights(published, version)
+            return play(*args, sampler=self.sampler.sample, **kwargs)
 
     def close(self) -> None:
         pass
@@ -134,7 +139,7 @@ class RealtimeRuntime:
         self.deployed = frozen_copy(agent.policy)
         self.deployed_version = agent.version
         groups = scenario.spec.rollout_slots // agent.group_size
-        self.n_workers = spec.workers or groups
+        self.n_workers = spec.workers or max(1, min(groups, os.cpu_count() or 1))
         self.batch_cap = max(1, math.ceil(groups / self.n_workers))
         """Requests one worker takes into one batch: its share of the rollout slots."""
         self.cv = threading.Condition()
