@@ -26,7 +26,7 @@ class Sample:
     finished: bool
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample(
     model: PreTrainedModel,
     prompts: list[list[int]],
@@ -129,9 +129,16 @@ def _sample_lean(lean: LeanDecoder, prompts, *, max_new_tokens, eos_token_id, pa
             index = torch.tensor(keep)
             rows, valid, step_ids, step_pos = rows[index], valid[index], step_ids[index], step_pos[index]
             dev_index = index.to(device)
-            cache.keys = [k.index_select(0, dev_index) for k in cache.keys]
-            cache.values = [v.index_select(0, dev_index) for v in cache.values]
+            cache.keys = [_keep_rows(k, dev_index, cache.length) for k in cache.keys]
+            cache.values = [_keep_rows(v, dev_index, cache.length) for v in cache.values]
     return tokens, logps, finished
+
+
+def _keep_rows(cached_BKCD: torch.Tensor, rows: torch.Tensor, length: int) -> torch.Tensor:
+    """The cache of the rows still decoding: only the ``length`` filled positions are copied."""
+    kept = cached_BKCD.new_empty((len(rows), *cached_BKCD.shape[1:]))
+    torch.index_select(cached_BKCD[:, :, :length], 0, rows, out=kept[:, :, :length])
+    return kept
 
 
 def _sample_hf(model: PreTrainedModel, prompts, *, max_new_tokens, eos_token_id, pad_token_id, generator, row_keys,
@@ -188,7 +195,7 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float, generator: tor
         logp = torch.log_softmax(logits, dim=-1)
         ids = logp.argmax(dim=-1)
         return ids, logp.gather(1, ids[:, None]).squeeze(1)
-    logp = torch.log_softmax(logits / temperature, dim=-1)
+    logp = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     if top_p < 1.0:
         sorted_logp, order = logp.sort(dim=-1, descending=True)
         cumulative = sorted_logp.exp().cumsum(-1)

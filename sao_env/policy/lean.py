@@ -144,7 +144,12 @@ class LeanDecoder:
         mask = None
         if key_valid_BS is not None and bool(key_valid_BS.all()):
             key_valid_BS = None
-        if key_valid_BS is not None or (past and T > 1):
+        if key_valid_BS is not None and past and T == 1:  # a decode step: the valid keys and the query itself
+            allowed = key_valid_BS.clone()
+            allowed[:, -1] = True
+            mask = torch.zeros((B, 1, 1, S), dtype=self.backbone.embed_tokens.weight.dtype,
+                               device=input_ids_BT.device).masked_fill_(~allowed[:, None, None], float("-inf"))
+        elif key_valid_BS is not None or (past and T > 1):
             q_pos = torch.arange(past, S, device=input_ids_BT.device)
             k_pos = torch.arange(S, device=input_ids_BT.device)
             allowed = k_pos[None, :] <= q_pos[:, None]  # (T, S) causal
@@ -157,20 +162,20 @@ class LeanDecoder:
         cos, sin = self._rotary(position_ids_BT, x.dtype)
         groups = self.num_heads // self.num_kv_heads
         fused = None if torch.is_grad_enabled() else self._fused_weights()
-        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        N, K = self.num_heads, self.num_kv_heads
+        cos_BT1D, sin_BT1D = cos.transpose(1, 2), sin.transpose(1, 2)
         for i, layer in enumerate(self.backbone.layers):
             attn, mlp = layer.self_attn, layer.mlp
             h = self._norm(x, layer.input_layernorm.weight)
-            if fused is not None:
-                q, k, v = F.linear(h, fused[i][0], fused[i][1]).split([q_width, kv_width, kv_width], dim=-1)
+            if fused is not None:  # q and k rotated in one pass over the fused projection (B, T, N+2K, D)
+                qkv = F.linear(h, fused[i][0], fused[i][1]).view(B, T, N + 2 * K, self.head_dim)
+                qk = self._rotate(qkv[:, :, : N + K], cos_BT1D, sin_BT1D)
+                q, k, v = qk[:, :, :N].transpose(1, 2), qk[:, :, N:].transpose(1, 2), qkv[:, :, N + K :].transpose(1, 2)
             else:
-                q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias)
-                k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias)
-                v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias)
-            q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-            k = k.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-            v = v.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+                q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, T, N, self.head_dim).transpose(1, 2)
+                k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
+                v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
+                q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
             if cache is not None:
                 cache.keys[i][:, :, past:S] = k
                 cache.values[i][:, :, past:S] = v

@@ -12,6 +12,7 @@ conversation reaches that limit, as if generation had stopped there.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -129,5 +130,7 @@ def play(
     return rollouts
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+@functools.lru_cache(maxsize=1 << 14)
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
+    """Token ids of a prompt or an observation, remembered: held-out prompts recur at every evaluation."""
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
