@@ -227,6 +227,9 @@ def reuse_check(plan: RunPlan, code: dict | None = None) -> tuple[bool, str]:
     if not plan.out.exists():
         return False, "new"
     if not path.is_file():
+        resumable = resume_point(plan, code)
+        if resumable is not None:
+            return False, f"unfinished; resumes from its checkpoint at simulated {resumable / 3600:.3f} h"
         return False, "unfinished (no summary.json)"
     try:
         recorded = json.loads(path.read_text()).get("provenance") or {}
@@ -239,6 +242,15 @@ def reuse_check(plan: RunPlan, code: dict | None = None) -> tuple[bool, str]:
     if code_key(recorded.get("code")) != code_key(code):
         return False, f"code changed ({code_key(recorded.get('code'))} -> {code_key(code)})"
     return True, f"finished with the same configuration ({short(plan.config_hash)}) and code ({code_key(code)})"
+
+
+def resume_point(plan: RunPlan, code: dict) -> float | None:
+    """Simulated seconds of the checkpoint a run of ``plan`` would resume from, or None."""
+    for _, state, _ in ckpt.newest_good(plan.out / ckpt.FOLDER):
+        if state is not None:
+            same = state["config_hash"] == plan.config_hash and state["code_key"] == code_key(code)
+            return state["sim_time_s"] if same else None
+    return None
 
 
 @contextlib.contextmanager
@@ -330,7 +342,10 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
     expanded = expand_config(config)
     code = code or code_version()
     folder = out / ckpt.FOLDER
-    restored = _find_resume(out, config_hash(expanded), code, strict=resume is True) if resume else None
+    sim = config.agent.runtime.backend == "sim"
+    if resume is True and not sim:
+        raise UserError(f"--resume needs the sim backend (this run's is {config.agent.runtime.backend!r})")
+    restored = _find_resume(out, config_hash(expanded), code, strict=resume is True) if resume and sim else None
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
         for name in STALE_OUTPUTS:
@@ -351,7 +366,7 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
         write_atomic(out / "splits.json", json.dumps(manifests, indent=2, sort_keys=True) + "\n")
     trackers = open_trackers(tuple(loggers), out, name=f"{config.env.name}/{label}/seed{config.seed}", config=expanded)
     logs: list[_JsonLines] = []
-    saver = _Checkpoints(folder, checkpoint_every, provenance, restored)
+    saver = _Checkpoints(folder, checkpoint_every if sim else None, provenance, restored)
     try:
         if restored is None:
             agent = build_agent(config, scenario, show_progress=show_progress)
@@ -451,9 +466,10 @@ def _replay(metrics: Path, trackers: list) -> None:
 
 
 class _Checkpoints:
-    """Writes resume checkpoints at clean points of the event loop, on schedule and on SIGINT/SIGTERM."""
+    """Writes resume checkpoints at clean points of the event loop, on schedule and on SIGINT/SIGTERM.
+    ``every`` None: a backend without resume (the real-time ones); signals keep their default effect."""
 
-    def __init__(self, folder: Path, every: CheckpointEvery, provenance: dict, restored: dict | None):
+    def __init__(self, folder: Path, every: CheckpointEvery | None, provenance: dict, restored: dict | None):
         self.folder, self.every = folder, every
         self.identity = {"config_hash": provenance["config_hash"], "code_key": code_key(provenance["code"])}
         self.index = ckpt.index_of(ckpt.checkpoints(folder)[0]) if restored and ckpt.checkpoints(folder) else 0
@@ -466,7 +482,7 @@ class _Checkpoints:
     @contextlib.contextmanager
     def signals(self) -> Iterator[None]:
         """While the run lasts, SIGINT and SIGTERM ask it to stop at its next clean point (main thread only)."""
-        if threading.current_thread() is not threading.main_thread():
+        if self.every is None or threading.current_thread() is not threading.main_thread():
             yield
             return
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -484,6 +500,8 @@ class _Checkpoints:
 
     def at_clean_point(self, runtime: SimRuntime, extra: dict, logs: list[_JsonLines]) -> None:
         """Checkpoint when due or asked to stop (then raise ``RunInterrupted``)."""
+        if self.every is None:
+            return
         now, updates = runtime.state.now, runtime.state.updates
         if not self.stop_signal and not self.every.due(updates, now, self.last_updates, self.last_now):
             return
@@ -582,11 +600,13 @@ def _save_checkpoint(agent: Agent, final: Path) -> None:
 
 
 def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None = None,
-             show_progress: bool = True) -> tuple[dict, float]:
-    """Make one planned run; returns its summary and wall-clock seconds."""
+             show_progress: bool = True, checkpoint_every: CheckpointEvery = CheckpointEvery()) -> tuple[dict, float]:
+    """Make one planned run, resuming its checkpoint when it has one of the same configuration and
+    code; returns its summary and wall-clock seconds."""
     start = time.perf_counter()
     summary = run_experiment(plan.config, plan.out, show_progress=show_progress, label=plan.label,
-                             overrides=plan.overrides, loggers=loggers, code=code)
+                             overrides=plan.overrides, loggers=loggers, code=code, resume="auto",
+                             checkpoint_every=checkpoint_every)
     return summary, time.perf_counter() - start
 
 
@@ -595,7 +615,8 @@ def _init_worker() -> None:
 
 
 def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = (), code: dict | None = None,
-             show_progress: bool = True, on_done: Callable[[RunPlan, dict, float], None] | None = None) -> None:
+             show_progress: bool = True, on_done: Callable[[RunPlan, dict, float], None] | None = None,
+             checkpoint_every: CheckpointEvery = CheckpointEvery()) -> None:
     """Make independent runs, ``jobs`` at a time in worker processes (spawned, one torch thread
     each), or one after another in this process when ``jobs`` is 1 or there is a single run.
 
@@ -605,13 +626,15 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     code = code or code_version()
     if jobs <= 1 or len(plans) <= 1:
         for plan in plans:
-            summary, seconds = run_plan(plan, loggers=loggers, code=code, show_progress=show_progress)
+            summary, seconds = run_plan(plan, loggers=loggers, code=code, show_progress=show_progress,
+                                        checkpoint_every=checkpoint_every)
             if on_done:
                 on_done(plan, summary, seconds)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=context, initializer=_init_worker) as pool:
-        futures = {pool.submit(run_plan, plan, loggers=loggers, code=code, show_progress=False): plan for plan in plans}
+        futures = {pool.submit(run_plan, plan, loggers=loggers, code=code, show_progress=False,
+                               checkpoint_every=checkpoint_every): plan for plan in plans}
         try:
             for future in as_completed(futures):
                 summary, seconds = future.result()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,26 @@ def register(app: typer.Typer) -> None:
     app.command("list")(list_specs)
 
 
+CHECKPOINT_HELP = ("Resume checkpoints every N learner updates (25u), every M simulated minutes (5m), both (25u,5m) "
+                   "or never (off); SIGINT/SIGTERM always write one before stopping.")
+
+
+def _checkpoint_every(text: str):
+    from sao_env.runtime.checkpoint import CheckpointEvery
+
+    try:
+        return CheckpointEvery.parse(text)
+    except ValueError as err:
+        raise UserError(f"--checkpoint-every: {err}") from None
+
+
+def _interrupted(err, resume_command: list[str]) -> None:
+    """A run stopped by a signal: one line on stderr saying how to resume, and the signal's exit code."""
+    console.print(f"sao-env: {err}; resume with: {shlex.join(resume_command)}", soft_wrap=True, highlight=False,
+                  markup=False)
+    raise SystemExit(err.exit_code)  # typer.Exit's code is dropped when the app runs with standalone_mode=False
+
+
 LOGGER_HELP = "Mirror metrics.jsonl to a tracker: tensorboard, wandb (offline unless $WANDB_MODE says otherwise); repeat or comma-separate."
 
 
@@ -33,21 +54,31 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/ENV/LABEL/seedN; LABEL is AGENT, +HASH with overrides)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the expanded configuration (every default filled in) and exit."),
     logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's last good checkpoint (same configuration and code), truncating its logs to it."),
+    checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help=CHECKPOINT_HELP),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
     """Run one agent on one drifting scenario in simulated time."""
-    from sao_env.experiment import expand_config, plan_run, run_experiment
+    from sao_env.experiment import RunInterrupted, expand_config, plan_run, run_experiment
     from sao_env.provenance import code_key, code_version
     from sao_env.trackers import parse_loggers, require
 
     plan = plan_run(env, agent, seed, overrides or [], out=out)
     loggers = parse_loggers(logger)
+    every = _checkpoint_every(checkpoint_every)
     if dry_run:
         typer.echo(f"# config_hash: {plan.config_hash}\n# code: {code_key(code_version())}\n# run directory: {plan.out}")
         typer.echo(yaml.safe_dump(expand_config(plan.config), sort_keys=False), nl=False)
         return
     require(loggers)
-    summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers)
+    try:
+        summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers,
+                                 resume=resume, checkpoint_every=every)
+    except RunInterrupted as err:
+        _interrupted(err, ["sao-env", "run", "--env", env, "--agent", agent, "--seed", str(seed),
+                           *(["--out", str(out)] if out is not None else []), *[f"--logger={x}" for x in loggers],
+                           *([f"--checkpoint-every={checkpoint_every}"] if checkpoint_every != "25u" else []),
+                           *(overrides or []), "--resume"])
     console.print(f"run directory: {plan.out}")
     console.print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, indent=1))
 
@@ -63,10 +94,13 @@ def compare(
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process with one torch thread (default: the number of cores)."),
     logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would make and those it would reuse, with why, and exit."),
+    checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help=CHECKPOINT_HELP),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides applied to every run."),
 ) -> None:
-    """Run agents x seeds on one scenario, then write the leaderboard table and adaptation plot."""
-    from sao_env.experiment import plan_run, reuse_check, run_many, writing
+    """Run agents x seeds on one scenario, then write the leaderboard table and adaptation plot.
+
+    An unfinished run whose checkpoint has the same configuration hash and code is resumed."""
+    from sao_env.experiment import RunInterrupted, plan_run, reuse_check, run_many, writing
     from sao_env.leaderboard.plots import plot_adaptation
     from sao_env.leaderboard.tables import load_summaries, write_leaderboard
     from sao_env.provenance import code_version
@@ -75,6 +109,7 @@ def compare(
     seed_list = list(range(num_seeds)) if num_seeds else _int_list(seeds)
     names = [a.strip() for a in agents.split(",") if a.strip()]
     loggers = parse_loggers(logger)
+    every = _checkpoint_every(checkpoint_every)
     plans = list({p.out: p for p in (plan_run(env, a, s, overrides or [], runs_dir=runs_dir)
                                      for a in names for s in seed_list)}.values())
     code = code_version()
@@ -97,7 +132,15 @@ def compare(
         console.print(f"[{finished}/{len(todo)}] {plan.out} finished in {seconds:.0f} s: "
                       f"online_reward {summary['online_reward']:.3f}, auc {summary.get('auc', float('nan')):.3f}", soft_wrap=True)
 
-    run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report)
+    try:
+        run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report, checkpoint_every=every)
+    except RunInterrupted as err:
+        _interrupted(err, ["sao-env", "compare", "--env", env, "--agents", agents,
+                           *(["--num-seeds", str(num_seeds)] if num_seeds else ["--seeds", seeds]),
+                           "--runs-dir", str(runs_dir), "--leaderboard-dir", str(leaderboard_dir),
+                           *([f"--jobs={jobs}"] if jobs else []), *[f"--logger={x}" for x in loggers],
+                           *([f"--checkpoint-every={checkpoint_every}"] if checkpoint_every != "25u" else []),
+                           *(overrides or [])])
     dirs: dict[str, list[Path]] = {}
     for plan in plans:
         dirs.setdefault(plan.label, []).append(plan.out)

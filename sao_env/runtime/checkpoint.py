@@ -117,9 +117,9 @@ def clean_point(runtime: Any) -> bool:
     """True where the loop may be cut: the runtime's next step (its ``_dispatch`` on resume, which
     ``run`` calls first) would start no request, so a resumed loop takes exactly the uninterrupted
     loop's next step. (A request an update unblocked starts at the next event, not here.)"""
-    core = getattr(runtime, "core", None)
-    free, admitted = (core.free_slots, core.admitted) if core is not None else (runtime.free_slots, runtime._admitted)
-    return not (free >= runtime.agent.group_size and runtime.state.now < runtime.scenario.duration_s and admitted())
+    core = runtime.core
+    return not (core.free_slots >= runtime.agent.group_size and runtime.state.now < runtime.scenario.duration_s
+                and core.admitted())
 
 
 def rng_states() -> dict[str, Any]:

@@ -1,0 +1,291 @@
+"""Lossless resume: a run killed with SIGKILL at any moment and resumed writes the logs of an
+uninterrupted run byte for byte; torn or corrupt checkpoints are passed over; SIGTERM stops cleanly.
+
+The killed runs are forked children of the test process. Each child patches one function to send
+itself SIGKILL on its Nth call: a turn of the rollouts' generation, an optimizer step (inside an
+update), a held-out evaluation's play, or the write of a checkpoint file (half written). The parent
+then resumes the run in-process and compares metrics.jsonl, evals.jsonl and episodes.jsonl with a
+run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import multiprocessing
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import _shrunk_config, scenario_config, shrink_overrides
+from sao_env import experiment
+from sao_env.errors import UserError
+from sao_env.runtime import checkpoint as ckpt
+from sao_env.runtime.checkpoint import CheckpointEvery, CorruptCheckpoint
+
+LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")
+CODE = {"commit": "resume-test", "dirty": False}
+"""A fixed code version: the working tree may change between a kill and its resume."""
+EVERY = CheckpointEvery(updates=2)
+
+
+# -- the file format ------------------------------------------------------------------------------
+
+
+def test_checkpoint_roundtrip_and_checksum(tmp_path):
+    state = {"config_hash": "abc", "weights": torch.arange(6.0), "counter": 3}
+    data = ckpt.encode(state)
+    assert data.startswith(b"SAO-CKPT1 ") and data.index(b"\n") == len(b"SAO-CKPT1 ") + 64
+    back = ckpt.decode(data)
+    assert back["counter"] == 3 and torch.equal(back["weights"], torch.arange(6.0))
+    flipped = bytearray(data)
+    flipped[-5] ^= 0x01
+    with pytest.raises(CorruptCheckpoint, match="checksum"):
+        ckpt.decode(bytes(flipped))
+    with pytest.raises(CorruptCheckpoint):
+        ckpt.decode(data[: len(data) // 2])
+    with pytest.raises(CorruptCheckpoint, match="header"):
+        ckpt.decode(b"")
+
+
+def test_write_keeps_the_last_two_and_newest_good_falls_back(tmp_path):
+    for i in range(1, 5):
+        ckpt.write(tmp_path, i, {"i": i})
+    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["ckpt-000004.pt", "ckpt-000003.pt"]
+    assert not list(tmp_path.glob(".*tmp*"))
+    newest = ckpt.checkpoints(tmp_path)[0]
+    newest.write_bytes(newest.read_bytes()[:-10])  # torn
+    found = [(p.name, None if s is None else s["i"]) for p, s, _ in ckpt.newest_good(tmp_path)]
+    assert found == [("ckpt-000004.pt", None), ("ckpt-000003.pt", 3)]
+
+
+def test_a_failed_write_leaves_the_earlier_checkpoints(tmp_path, monkeypatch):
+    ckpt.write(tmp_path, 1, {"i": 1})
+
+    def full_disk(path, data):
+        Path(path).write_bytes(data[:10])
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(ckpt, "_write_file", full_disk)
+    with pytest.raises(OSError):
+        ckpt.write(tmp_path, 2, {"i": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-000001.pt"]
+    assert ckpt.decode((tmp_path / "ckpt-000001.pt").read_bytes())["i"] == 1
+
+
+def test_interval_parsing():
+    assert CheckpointEvery.parse("10u") == CheckpointEvery(updates=10, sim_minutes=None)
+    assert CheckpointEvery.parse("10u,2.5m") == CheckpointEvery(updates=10, sim_minutes=2.5)
+    assert not CheckpointEvery.parse("off").enabled
+    every = CheckpointEvery(updates=None, sim_minutes=1.0)
+    assert every.due(updates=0, now=60.0, last_updates=0, last_now=0.0)
+    assert not every.due(updates=99, now=59.0, last_updates=0, last_now=0.0)
+    for bad in ("10", "0u", "xm", "5s"):
+        with pytest.raises(ValueError):
+            CheckpointEvery.parse(bad)
+
+
+def test_resume_refuses_a_checkpoint_of_another_configuration(tmp_path, capsys):
+    from sao_env.cli import main
+
+    out = tmp_path / "run"
+    ckpt.write(out / ckpt.FOLDER, 1, {"config_hash": "0" * 64, "code_key": "x", "sim_time_s": 1.0, "offsets": {}})
+    code = main(["run", "--out", str(out), "--resume", *shrink_overrides("grpo")])
+    err = capsys.readouterr().err
+    assert code == 2 and "sao-env: error: the checkpoint in" in err and "without --resume" in err
+    assert main(["run", "--out", str(out), "--checkpoint-every", "7s", "--dry-run"]) == 2
+
+
+# -- kill -9 and resume ---------------------------------------------------------------------------
+
+
+def _kill_on(n: int):
+    calls = [0]
+
+    def tick() -> None:
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return tick
+
+
+def _arm(point: str, n: int) -> None:
+    """In the child: SIGKILL at the Nth generation / optimizer step / evaluation play / checkpoint write."""
+    tick = _kill_on(n)
+    if point == "generate":  # a turn's generation of the runtime's rollouts (multi-turn: between turns)
+        import sao_env.runtime.sim as sim
+        from sao_env.policy.generate import sample
+
+        play = sim.play
+        sim.play = lambda *a, **k: play(*a, sampler=lambda *b, **c: (tick(), sample(*b, **c))[1], **k)
+    elif point == "update":
+        step = torch.optim.Adam.step
+        torch.optim.Adam.step = lambda self, *a, **k: (step(self, *a, **k), tick())[0]
+    elif point == "eval":
+        import sao_env.evaluation.heldout as heldout
+
+        play = heldout.play
+        heldout.play = lambda *a, **k: (tick(), play(*a, **k))[1]
+    elif point == "checkpoint":
+        write_file, writes = ckpt._write_file, [0]
+
+        def half_then_kill(path, data):
+            writes[0] += 1
+            if writes[0] == n:
+                Path(path).write_bytes(data[: len(data) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            write_file(path, data)
+
+        ckpt._write_file = half_then_kill
+
+
+def _forget_parents_workers() -> None:
+    """In a forked child: the parent's math-grading workers and their fork server are not its own."""
+    from multiprocessing import forkserver
+
+    from sao_env.graders import math as math_grader
+
+    math_grader._POOLS.clear()
+    server = forkserver._forkserver
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+
+
+def _killed_run(config, out: Path, point: str, n: int) -> None:
+    def child() -> None:
+        _forget_parents_workers()
+        _arm(point, n)
+        experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY)
+        os._exit(0)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    assert process.exitcode == -signal.SIGKILL, f"the run was not killed at {point} #{n} (exit {process.exitcode})"
+
+
+def _same_logs(a: Path, b: Path) -> None:
+    for name in LOGS:
+        assert filecmp.cmp(a / name, b / name, shallow=False), f"{name} differs from the uninterrupted run"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Uninterrupted runs (checkpointing at the same pace as the killed ones, which must not matter)."""
+    done: dict[str, Path] = {}
+
+    def run(key: str, config) -> Path:
+        if key not in done:
+            out = tmp_path_factory.mktemp(f"ref-{key}")
+            experiment.run_experiment(config, out, show_progress=False, code=CODE, save_checkpoint=False,
+                                      checkpoint_every=CheckpointEvery(updates=None))
+            done[key] = out
+        return done[key]
+
+    return run
+
+
+CASES = {
+    "sao-update": (lambda: _shrunk_config("sao"), "update", 21),
+    "sao-eval": (lambda: _shrunk_config("sao"), "eval", 5),
+    "grpo-generate": (lambda: _shrunk_config("grpo"), "generate", 25),
+    "grpo-checkpoint": (lambda: _shrunk_config("grpo"), "checkpoint", 3),
+    "tool-drift-generate": (lambda: scenario_config("tool-drift", "grpo"), "generate", 22),
+}
+"""Run, kill point and the call it dies on (each after the first checkpoint, before the run's end)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigkill_then_resume_gives_the_same_bytes(case, reference, tmp_path):
+    make, point, n = CASES[case]
+    config = make()
+    ref = reference(case.rsplit("-", 1)[0], config)
+    out = tmp_path / "run"
+    _killed_run(config, out, point, n)
+    saved = ckpt.checkpoints(out / ckpt.FOLDER)
+    assert saved, "killed before its first checkpoint: the case tests nothing"
+    assert not (out / "summary.json").exists()
+    if point == "checkpoint":  # the torn file never took a checkpoint's name
+        assert list((out / ckpt.FOLDER).glob(".*tmp*")) and all(ckpt.decode(p.read_bytes()) for p in saved)
+    summary = experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY,
+                                        resume=True)
+    _same_logs(ref, out)
+    assert summary["provenance"]["config_hash"] and (out / "summary.json").is_file()
+    assert not (out / ckpt.FOLDER).exists()
+
+
+@pytest.mark.slow
+def test_compare_resumes_an_unfinished_run_past_a_corrupt_checkpoint(reference, tmp_path, monkeypatch, capsys):
+    """``compare`` meets a killed run of its own configuration and code: it resumes it from the
+    previous checkpoint (the newest is corrupt) and the logs end as an uninterrupted run's."""
+    from sao_env import provenance
+    from sao_env.cli import main
+
+    monkeypatch.setattr(provenance, "code_version", lambda: CODE)
+    monkeypatch.setattr(experiment, "code_version", lambda: CODE)
+    overrides = shrink_overrides("grpo")
+    plan = experiment.plan_run("style-drift", "grpo", 0, overrides, runs_dir=tmp_path / "runs")
+    ref = reference("grpo", plan.config)
+    _killed_run(plan.config, plan.out, "generate", 30)
+    newest, previous = ckpt.checkpoints(plan.out / ckpt.FOLDER)
+    data = bytearray(newest.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    compare = ["compare", "--agents", "grpo", "--runs-dir", str(tmp_path / "runs"), "--leaderboard-dir",
+               str(tmp_path / "boards"), "--jobs", "1", "--checkpoint-every", "2u", *overrides]
+    capsys.readouterr()
+    assert main([*compare, "--dry-run"]) == 0
+    planned = capsys.readouterr().out
+    assert f"run    {plan.out}  unfinished; resumes from its checkpoint at simulated" in planned
+    assert main(compare) == 0
+    err = capsys.readouterr().err
+    assert f"checkpoint {newest} is unusable (checksum mismatch" in err
+    assert f"resuming {plan.out} from simulated" in err
+    _same_logs(ref, plan.out)
+
+
+@pytest.mark.slow
+def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(reference, tmp_path, monkeypatch):
+    """The CLI gets SIGTERM mid-run: exit 143, one line naming the resume command, which then finishes
+    the run with the bytes of an uninterrupted one."""
+    from sao_env import provenance
+    from sao_env.cli import main
+
+    monkeypatch.setattr(provenance, "code_version", lambda: CODE)
+    monkeypatch.setattr(experiment, "code_version", lambda: CODE)
+    ref = reference("grpo", _shrunk_config("grpo"))
+    out = tmp_path / "run"
+    argv = ["run", "--agent", "grpo", "--out", str(out), "--checkpoint-every", "off", *shrink_overrides("grpo")]
+    err_path = tmp_path / "stderr"
+
+    def child() -> None:
+        _forget_parents_workers()
+        sys.stderr = open(err_path, "w", buffering=1)
+        code = main(argv)
+        sys.stderr.flush()
+        os._exit(code)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.is_alive():
+        metrics = out / "metrics.jsonl"
+        if metrics.is_file() and metrics.read_text().count("\n") >= 6:
+            break
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGTERM)
+    process.join()
+    assert process.exitcode == 128 + signal.SIGTERM
+    lines = [line for line in err_path.read_text().splitlines() if "resume with:" in line]
+    assert len(lines) == 1 and lines[0].startswith("sao-env: SIGTERM: stopped at simulated")
+    assert len(ckpt.checkpoints(out / ckpt.FOLDER)) == 1
+    command = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert command[:2] == ["sao-env", "run"] and command[-1] == "--resume"
+    assert main(command[1:]) == 0
+    _same_logs(ref, out)
