@@ -11,6 +11,7 @@ run that was never interrupted.
 from __future__ import annotations
 
 import filecmp
+import json
 import multiprocessing
 import os
 import shlex
@@ -156,11 +157,11 @@ def _forget_parents_workers() -> None:
     server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
 
 
-def _killed_run(config, out: Path, point: str, n: int) -> None:
+def _killed_run(config, out: Path, point: str, n: int, **options) -> None:
     def child() -> None:
         _forget_parents_workers()
         _arm(point, n)
-        experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY)
+        experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY, **options)
         os._exit(0)
 
     process = multiprocessing.get_context("fork").Process(target=child)
@@ -289,3 +290,29 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(reference, tmp_path,
     assert command[:2] == ["sao-env", "run"] and command[-1] == "--resume"
     assert main(command[1:]) == 0
     _same_logs(ref, out)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_mirrors_the_whole_log_to_tensorboard(tmp_path):
+    """The tracker mirror of a resumed run holds each metrics.jsonl record once: the kept records
+    are replayed into a fresh event file, the rest follow as the run goes on."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from sao_env.trackers import scalars
+
+    config, out = _shrunk_config("grpo"), tmp_path / "run"
+    _killed_run(config, out, "generate", 25, loggers=("tensorboard",))
+    experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY, resume=True,
+                              loggers=("tensorboard",), save_checkpoint=False)
+    expected: dict[str, list[tuple[int, float]]] = {}
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for name, value in scalars(record).items():
+            expected.setdefault(name, []).append((round(record["sim_time_s"]), value))
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == set(expected)
+    for name, points in expected.items():
+        got = [(e.step, e.value) for e in events.Scalars(name)]
+        assert [step for step, _ in got] == [step for step, _ in points], name
+        assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6, nan_ok=True), name
