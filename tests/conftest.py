@@ -142,7 +142,7 @@ def shrunk_run(tmp_path_factory, sao_env_cache):
 SCENARIO_SHRINK: dict[str, tuple[str, ...]] = {
     "topic-drift": (
         "env.warm_start.steps=150", "env.warm_start.batch_size=16",
-        *(f"env.phases.{i}.duration_h=0.008" for i in range(4)), "env.phases.2.transition_h=0.004",
+        *(f"env.phases.{i}.duration_h=0.008" for i in range(2)),
         "env.eval.interval_h=0.008", "env.eval.prompts_per_phase=6",
     ),
     "tool-drift": (
