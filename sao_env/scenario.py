@@ -104,6 +104,9 @@ class WarmStartSpec(_Strict):
     phases: list[int] | None = None
     """Indices of the phases whose sources give demonstrations (None: every phase, uniformly).
     ``[0]`` starts from a policy that knows only the first phase's world, e.g. last week's code."""
+    sources: list[SourceSpec] | None = None
+    """Demonstration sources of their own, in place of the phases' (exclusive with ``phases``): a
+    policy trained on a world that no phase serves, e.g. the code as it was before the run starts."""
 
 
 class ScenarioSpec(_Strict):
@@ -133,6 +136,10 @@ class ScenarioSpec(_Strict):
         bad = [i for i in self.warm_start.phases or [] if not 0 <= i < len(self.phases)]
         if bad:
             raise ValueError(f"warm_start.phases {bad} are not phase indices (0..{len(self.phases) - 1})")
+        if self.warm_start.phases is not None and self.warm_start.sources is not None:
+            raise ValueError("warm_start: give phases or sources, not both")
+        for source in self.warm_start.sources or []:
+            build_source(source.name, source.params)
         for phase in self.phases:
             for source in phase.sources:
                 build_source(source.name, source.params)
@@ -170,6 +177,9 @@ class Scenario:
             windows.append(PhaseWindow(i, phase.name, start, start + phase.duration_h * HOUR))
             start += phase.duration_h * HOUR
         self.windows: list[PhaseWindow] = windows
+        self.warm_sources: list[TaskSource] | None = (
+            None if spec.warm_start.sources is None
+            else [build_source(s.name, s.params) for s in spec.warm_start.sources])
 
     @property
     def duration_s(self) -> float:
@@ -217,11 +227,16 @@ class Scenario:
 
     def demonstration(self, rng: np.random.Generator, index: int) -> tuple[Task, str | list[Turn]]:
         """A task and a correct response (or multi-turn transcript) from a phase chosen uniformly among
-        ``warm_start.phases``: warm-start data."""
-        allowed = self.spec.warm_start.phases
-        phase_idx = int(rng.integers(len(self.spec.phases))) if allowed is None else allowed[int(rng.integers(len(allowed)))]
-        source = self._pick_source(phase_idx, rng)
-        task = source.sample(rng, phase=self.spec.phases[phase_idx].name, created_at=0.0, index=index)
+        ``warm_start.phases``, or from ``warm_start.sources`` (phase ``warm_start``): warm-start data."""
+        if self.warm_sources is not None:
+            weights = np.array([s.weight for s in self.spec.warm_start.sources], dtype=float)
+            k = int(rng.choice(len(weights), p=weights / weights.sum())) if len(weights) > 1 else 0
+            source, phase = self.warm_sources[k], "warm_start"
+        else:
+            allowed = self.spec.warm_start.phases
+            phase_idx = int(rng.integers(len(self.spec.phases))) if allowed is None else allowed[int(rng.integers(len(allowed)))]
+            source, phase = self._pick_source(phase_idx, rng), self.spec.phases[phase_idx].name
+        task = source.sample(rng, phase=phase, created_at=0.0, index=index)
         return task, source.demonstrate(task, rng)
 
     @cached_property

@@ -39,14 +39,26 @@ def cache_root() -> Path:
 
 
 def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) -> str:
-    """What the warm start depends on: the model, every source's resolved parameters (defaults
-    included) and mixture weight, the warm-start settings and the demonstration format."""
+    """What the warm start depends on: the model, the resolved parameters (defaults included) and
+    mixture weight of every source it draws demonstrations from (every phase's, only those of
+    ``warm_start.phases`` when it lists some, or ``warm_start.sources``: phases it does not draw from
+    can change without retraining), the warm-start settings and the demonstration format. A spec
+    without ``sources`` keeps the key it had before that field existed."""
+    phases = [[{"name": source.name, "weight": spec_source.weight, "params": source.params.model_dump(mode="json")}
+               for source, spec_source in zip(sources, phase.sources)]
+              for sources, phase in zip(scenario.sources, scenario.spec.phases)]
+    if spec.phases is not None:
+        phases = [phases[i] for i in spec.phases]
+    if spec.sources is not None:
+        phases = [[{"name": source.name, "weight": spec_source.weight, "params": source.params.model_dump(mode="json")}
+                   for source, spec_source in zip(scenario.warm_sources, spec.sources)]]
+    settings = spec.model_dump()
+    if settings["sources"] is None:
+        del settings["sources"]
     payload = {
         "model": model.model_dump(),
-        "phases": [[{"name": source.name, "weight": spec_source.weight, "params": source.params.model_dump(mode="json")}
-                    for source, spec_source in zip(sources, phase.sources)]
-                   for sources, phase in zip(scenario.sources, scenario.spec.phases)],
-        "warm_start": spec.model_dump(),
+        "phases": phases,
+        "warm_start": settings,
         "format": DEMONSTRATION_FORMAT,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
