@@ -290,6 +290,9 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(reference, tmp_path,
     assert command[:2] == ["sao-env", "run"] and command[-1] == "--resume"
     assert main(command[1:]) == 0
     _same_logs(ref, out)
+    summary = (out / "summary.json").read_bytes()
+    assert main(command[1:]) == 0  # finished: nothing to resume, nothing rerun
+    assert (out / "summary.json").read_bytes() == summary
 
 
 @pytest.mark.slow

@@ -59,7 +59,7 @@ def run(
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
     """Run one agent on one drifting scenario in simulated time."""
-    from sao_env.experiment import RunInterrupted, expand_config, plan_run, run_experiment
+    from sao_env.experiment import RunInterrupted, expand_config, plan_run, reuse_check, run_experiment
     from sao_env.provenance import code_key, code_version
     from sao_env.trackers import parse_loggers, require
 
@@ -71,6 +71,10 @@ def run(
         typer.echo(yaml.safe_dump(expand_config(plan.config), sort_keys=False), nl=False)
         return
     require(loggers)
+    finished, why = reuse_check(plan) if resume else (False, "")
+    if finished:
+        console.print(f"run directory {plan.out} has nothing to resume: it {why}", soft_wrap=True)
+        return
     try:
         summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers,
                                  resume=resume, checkpoint_every=every)
