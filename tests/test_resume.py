@@ -319,3 +319,27 @@ def test_a_resumed_run_mirrors_the_whole_log_to_tensorboard(tmp_path):
         got = [(e.step, e.value) for e in events.Scalars(name)]
         assert [step for step, _ in got] == [step for step, _ in points], name
         assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6, nan_ok=True), name
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(reference, tmp_path, monkeypatch):
+    """The second checkpoint hits a full disk: a UserError naming the file, the first checkpoint
+    intact, and the run resumes from it to the bytes of an uninterrupted run."""
+    config, out = _shrunk_config("grpo"), tmp_path / "run"
+    ref = reference("grpo", config)
+    write_file, writes = ckpt._write_file, [0]
+
+    def full_on_second(path, data):
+        writes[0] += 1
+        if writes[0] == 2:
+            Path(path).write_bytes(data[:100])
+            raise OSError(28, "No space left on device", str(path))
+        write_file(path, data)
+
+    monkeypatch.setattr(ckpt, "_write_file", full_on_second)
+    with pytest.raises(UserError, match=r"^cannot write .*/checkpoints/resume/\.ckpt-000002\.pt\.tmp\d+: No space left on device$"):
+        experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY)
+    monkeypatch.setattr(ckpt, "_write_file", write_file)
+    assert [p.name for p in (out / ckpt.FOLDER).iterdir()] == ["ckpt-000001.pt"]
+    experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY, resume=True)
+    _same_logs(ref, out)
