@@ -31,9 +31,10 @@ $(TESTS): $(STAMP)
 
 install: $(STAMP)
 
-## make demo: SAO against GRPO on the style-drift scenario (tiny model, CPU, minutes)
+## make demo: SAO against GRPO on the style-drift scenario, one seed (tiny model, CPU, minutes); its tables and
+## plot go to runs/demo/, so the committed three-seed leaderboards/ stay as they are
 demo: $(STAMP)
-	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0
+	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0 --leaderboard-dir runs/demo
 
 ## make test: the whole test suite, one worker per core (pytest-xdist; a file's tests share a worker)
 test: $(TESTS)
