@@ -106,7 +106,9 @@ class WarmStartSpec(_Strict):
     ``[0]`` starts from a policy that knows only the first phase's world, e.g. last week's code."""
     sources: list[SourceSpec] | None = None
     """Demonstration sources of their own, in place of the phases' (exclusive with ``phases``): a
-    policy trained on a world that no phase serves, e.g. the code as it was before the run starts."""
+    policy trained on a world that no phase serves, e.g. the code as it was before the run starts.
+    Drawn by weight; with equal weights as ``phases=None`` draws one-source phases, so listing the
+    phases' sources here gives the same demonstrations."""
 
 
 class ScenarioSpec(_Strict):
@@ -230,7 +232,10 @@ class Scenario:
         ``warm_start.phases``, or from ``warm_start.sources`` (phase ``warm_start``): warm-start data."""
         if self.warm_sources is not None:
             weights = np.array([s.weight for s in self.spec.warm_start.sources], dtype=float)
-            k = int(rng.choice(len(weights), p=weights / weights.sum())) if len(weights) > 1 else 0
+            if np.all(weights == weights[0]):  # uniform: the draw of phases=None over one-source phases
+                k = int(rng.integers(len(weights)))
+            else:
+                k = int(rng.choice(len(weights), p=weights / weights.sum()))
             source, phase = self.warm_sources[k], "warm_start"
         else:
             allowed = self.spec.warm_start.phases

@@ -147,12 +147,12 @@ SCENARIO_SHRINK: dict[str, tuple[str, ...]] = {
     ),
     "tool-drift": (
         "env.warm_start.steps=150", "env.warm_start.batch_size=16",
-        *(f"env.phases.{i}.duration_h=0.008" for i in range(3)),
+        *(f"env.phases.{i}.duration_h=0.008" for i in range(2)),
         "env.eval.interval_h=0.008", "env.eval.prompts_per_phase=6",
     ),
     "codebase-drift": (
         "env.warm_start.steps=80", "env.warm_start.batch_size=8",
-        *(f"env.phases.{i}.duration_h=0.02" for i in range(3)), "env.rollout_slots=4",
+        *(f"env.phases.{i}.duration_h=0.02" for i in range(2)), "env.rollout_slots=4",
         "env.eval.interval_h=0.03", "env.eval.prompts_per_phase=4",
     ),
 }

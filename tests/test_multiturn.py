@@ -119,12 +119,12 @@ def test_warm_start_key_sees_default_parameters_and_weights():
     key = warm_start_key(ModelSpec(), base, base.spec.warm_start)
     same = load_scenario("tool-drift")
     assert warm_start_key(ModelSpec(), same, same.spec.warm_start) == key
-    phases = [p.model_dump() for p in base.spec.phases]
-    phases[0]["sources"][0]["params"]["retry_share"] = 0.25  # a default the YAML does not spell out
-    changed = load_scenario("tool-drift", {"phases": phases})
+    warm = base.spec.warm_start.model_dump()  # tool-drift's warm start has its own sources
+    warm["sources"][0]["params"]["operations"] = ["*"]  # a default the YAML does not spell out
+    changed = load_scenario("tool-drift", {"warm_start": warm})
     assert warm_start_key(ModelSpec(), changed, changed.spec.warm_start) != key
-    phases[0]["sources"][0]["params"]["retry_share"] = 0.5  # the default, spelled out: same key
-    spelled = load_scenario("tool-drift", {"phases": phases})
+    warm["sources"][0]["params"]["operations"] = ["*", "+"]  # the default, spelled out: same key
+    spelled = load_scenario("tool-drift", {"warm_start": warm})
     assert warm_start_key(ModelSpec(), spelled, spelled.spec.warm_start) == key
 
 

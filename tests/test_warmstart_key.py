@@ -28,6 +28,7 @@ def test_own_sources_only_no_phase_retrains():
     base = load_scenario("codebase-drift")
     assert base.spec.warm_start.sources is not None
     assert key_of(with_phase_params("codebase-drift", 0, head=5)) == key_of(base)
+    assert key_of(with_phase_params("tool-drift", 1, digits=3)) == key_of(load_scenario("tool-drift"))
     assert key_of(with_phase_params("codebase-drift", 1, head=5)) == key_of(base)
     warm = base.spec.warm_start.model_dump()
     warm["sources"][0]["params"]["head"] = 1
@@ -52,8 +53,9 @@ def test_listed_phases_only_and_the_same_demonstrations_as_own_sources():
 
 
 def test_every_phase_counts_when_none_is_listed():
-    assert load_scenario("tool-drift").spec.warm_start.phases is None
-    assert key_of(with_phase_params("tool-drift", 2, digits=5)) != key_of(load_scenario("tool-drift"))
+    spec = load_scenario("style-drift").spec.warm_start
+    assert spec.phases is None and spec.sources is None
+    assert key_of(with_phase_params("style-drift", 2, digits=2)) != key_of(load_scenario("style-drift"))
 
 
 def test_phases_and_sources_together_are_refused():

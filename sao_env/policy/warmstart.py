@@ -53,8 +53,7 @@ def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) ->
         phases = [[{"name": source.name, "weight": spec_source.weight, "params": source.params.model_dump(mode="json")}
                    for source, spec_source in zip(scenario.warm_sources, spec.sources)]]
     settings = spec.model_dump()
-    if settings["sources"] is None:
-        del settings["sources"]
+    del settings["sources"]  # as resolved above (absent before the field existed: those keys stay)
     payload = {
         "model": model.model_dump(),
         "phases": phases,
