@@ -6,7 +6,7 @@ whose cells are mean ± half-width of the 95% Student-t interval over seeds, the
 and the rank within the scenario (by that metric's mean, highest first); then each recipe minus
 the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); links to each
 scenario's page and per-seed table; and the tuning tables under ``tuning/`` (``sao_env.sweep``),
-each with its sweep size, cut and winning trial.
+each with its sweep size, cut and winning trial; and the stability pages (``stability*.md``).
 
 It is written by ``sao-env leaderboard --summary DIR`` and again whenever a scenario's tables
 are written into a folder (``sao_env.leaderboard.write_board``).
@@ -141,6 +141,10 @@ def summary_markdown(folder: Path) -> str:
     lines += paired_table(boards)
     lines += scenario_lines(boards)
     lines += tuning_lines(folder)
+    stability = sorted(p.name for p in Path(folder).glob("stability*.md"))
+    if stability:
+        lines += ["## Stability", ""] + [f"- [{name}]({name}): long runs (>= 1,000 learner updates) and the verdict "
+                                         "on collapse (bench/stability.py)." for name in stability] + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
