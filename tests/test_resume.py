@@ -196,7 +196,7 @@ CASES = {
     "sao-eval": (lambda: _shrunk_config("sao"), "eval", 5),
     "grpo-generate": (lambda: _shrunk_config("grpo"), "generate", 25),
     "grpo-checkpoint": (lambda: _shrunk_config("grpo"), "checkpoint", 3),
-    "tool-drift-generate": (lambda: scenario_config("tool-drift", "grpo"), "generate", 22),
+    "tool-drift-generate": (lambda: scenario_config("tool-drift", "grpo"), "generate", 15),
 }
 """Run, kill point and the call it dies on (each after the first checkpoint, before the run's end)."""
 
