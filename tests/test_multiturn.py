@@ -133,11 +133,12 @@ def test_warm_start_phases_restrict_the_demonstrations():
     from sao_env.errors import UserError
     from sao_env.experiment import resolve_config
 
-    scenario = load_scenario("codebase-drift")
-    assert scenario.spec.warm_start.phases == [0]
+    scenario = load_scenario("codebase-drift")  # its warm start has a source of its own: head 0
     rng = np.random.default_rng(0)
     assert {scenario.demonstration(rng, index=i)[0].metadata["head"] for i in range(20)} == {0}
-    everywhere = load_scenario("codebase-drift", {"warm_start": {"phases": None}})
-    assert {everywhere.demonstration(rng, index=i)[0].metadata["head"] for i in range(40)} == {0, 3, 6}
+    second = load_scenario("codebase-drift", {"warm_start": {"sources": None, "phases": [1]}})
+    assert {second.demonstration(rng, index=i)[0].metadata["head"] for i in range(20)} == {2}
+    everywhere = load_scenario("codebase-drift", {"warm_start": {"sources": None, "phases": None}})
+    assert {everywhere.demonstration(rng, index=i)[0].metadata["head"] for i in range(40)} == {1, 2}
     with pytest.raises(UserError, match="not phase indices"):
         resolve_config("codebase-drift", "sao", 0, ["env.warm_start.phases=[3]"])
