@@ -1,6 +1,7 @@
 """Learning is real: SAO follows a switch of the rewarded style on held-out prompts.
 
-A two-phase cut of style-drift (boxed for 0.25 h, then sentence for 0.55 h, evaluations every
+A two-phase cut of style-drift (boxed for 0.25 h, then sentence for 0.55 h; tag kept for 3.6 s so that the
+warm start is the scenario's own, shared with the other tests that need it; evaluations every
 0.05 h), the default warm start and the sao recipe as shipped (8 single-rollout episodes per update,
 lr 1e-4). SAO must raise the rewarded style's share on the held-out prompts from its warm-start level
 (about one in five) to at least 0.8 during phase 1 (0.94 at the switch), and, from near zero right
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 def two_phase_config(agent: str) -> RunConfig:
     env = load_yaml(find_spec("envs", "style-drift"))
-    env["phases"] = env["phases"][:2]
-    env["phases"][0]["duration_h"], env["phases"][1]["duration_h"] = 0.25, 0.55
+    for phase, hours in zip(env["phases"], (0.25, 0.55, 0.001)):  # the tag phase kept (3.6 s) for the shared warm start
+        phase["duration_h"] = hours
     env["eval"]["interval_h"] = 0.05
     env["rollout_slots"] = 8  # calibrated on 8 slots (the scenario has 16 since its redesign)
     return RunConfig(env=env, agent=load_yaml(find_spec("agents", agent)), seed=0)
