@@ -24,15 +24,19 @@ from pathlib import Path
 import torch
 
 from sao_env.experiment import resolve_config, run_experiment
+from sao_env.specs import find_spec, load_yaml
 
-CUTS = {
-    "style-drift": [f"env.phases.{i}.duration_h=0.05" for i in range(3)],
-    "tool-drift": [f"env.phases.{i}.duration_h=0.03" for i in range(3)],
-}
+PHASE_HOURS = {"style-drift": 0.05, "tool-drift": 0.03}
+"""Each phase of the scenario cut to this many simulated hours."""
+
+
+def cut(env: str) -> list[str]:
+    phases = len(load_yaml(find_spec("envs", env))["phases"])
+    return [f"env.phases.{i}.duration_h={PHASE_HOURS[env]}" for i in range(phases)]
 
 
 def timed_run(env: str, agent: str, extra: list[str], out: Path) -> dict:
-    config = resolve_config(env, agent, 0, CUTS[env] + extra)
+    config = resolve_config(env, agent, 0, cut(env) + extra)
     wall, cpu = time.perf_counter(), time.process_time()
     summary = run_experiment(config, out, show_progress=False, save_checkpoint=False)
     timings = json.loads((out / "timings.json").read_text())
