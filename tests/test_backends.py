@@ -20,9 +20,10 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+from conftest import SHRINK_TASKS
 
 from sao_env.errors import UserError
-from sao_env.experiment import build_agent, run_experiment
+from sao_env.experiment import build_agent, resolve_config, run_experiment
 from sao_env.policy.vllm_generator import import_vllm, sampling_kwargs, to_sample
 from sao_env.runtime.spec import RuntimeSpec
 from sao_env.scenario import Scenario
@@ -226,27 +227,21 @@ def test_ray_worker_killed_mid_batch_is_replaced_and_loses_no_episode(ray_cluste
 
 
 def boxed_phase(backend: str, seed: int, out):
-    """style-drift's first phase (boxed) for 0.15 h (the others cut to 3.6 s) on 8 slots, the sao recipe; the boxed share of the
-    held-out answers at each evaluation (every 0.05 h). ``threads`` at time_scale 0.1: 54 s of wall clock,
-    enough for the 2 cores to keep up with the scaled latencies (at 0.05 it makes ~20% fewer updates)."""
-    from sao_env.experiment import RunConfig
-    from sao_env.specs import find_spec, load_yaml
-
-    env = load_yaml(find_spec("envs", "style-drift"))
-    for phase, hours in zip(env["phases"], (0.15, 0.001, 0.001)):  # all three kept: the scenario's own warm start
-        phase["duration_h"] = hours
-    env["eval"]["interval_h"] = 0.05
-    env["rollout_slots"] = 8
-    agent = load_yaml(find_spec("agents", "sao"))
-    agent["runtime"].update(backend=backend, time_scale=0.1)
-    run_experiment(RunConfig(env=env, agent=agent, seed=seed), out, show_progress=False, save_checkpoint=False)
+    """style-drift's first phase (boxed) for 0.15 h (the others cut to 3.6 s) on 8 slots with the session's
+    shared warm start and tasks (``SHRINK_TASKS``), the sao recipe; the boxed share of the held-out answers at
+    each evaluation (every 0.05 h). ``threads`` at time_scale 0.1: 54 s of wall clock, enough for the 2 cores
+    to keep up with the scaled latencies."""
+    config = resolve_config("style-drift", "sao", seed, [
+        *SHRINK_TASKS, "env.phases.0.duration_h=0.15", "env.phases.1.duration_h=0.001", "env.phases.2.duration_h=0.001",
+        "env.eval.interval_h=0.05", "env.rollout_slots=8", f"agent.runtime.backend={backend}", "agent.runtime.time_scale=0.1"])
+    run_experiment(config, out, show_progress=False, save_checkpoint=False)
     return [e["eval/boxed/style_match"] for e in read_jsonl(out / "evals.jsonl")]
 
 
 @pytest.mark.slow
 def test_threads_learns_within_sims_seed_to_seed_spread(tmp_path):
-    # Measured: sim seeds 0-2 end at 0.73, 0.75, 0.72 (from 0.19), a seed-to-seed spread of 0.03, below the
-    # 0.1 allowed here, so sim's seed 0 alone is the reference; threads at time_scale 0.05 ended at 0.64.
+    # Measured: sim seeds 0-2 end at 0.56, 0.53, 0.53 (from 0.22), a seed-to-seed spread of 0.03, below the
+    # 0.1 allowed here, so sim's seed 0 alone is the reference; threads at time_scale 0.1 ended at 0.53.
     sim = boxed_phase("sim", 0, tmp_path / "sim")
     real = boxed_phase("threads", 0, tmp_path / "threads")
     assert real[-1] >= sim[-1] - 0.1, f"threads ends at {real[-1]:.2f}; sim at {sim[-1]:.2f}"
