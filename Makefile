@@ -7,20 +7,31 @@ TESTS  := $(VENV)/.installed-test
 
 .PHONY: demo test test-fast bench install clean
 
-# pip >= 21.3 installs a pyproject package in editable mode: only an older pip is upgraded (2-3 s saved).
+# Set-up, fastest first measured: pip >= 21.3 installs a pyproject package in editable mode, so only an
+# older pip is upgraded; packages are installed without byte-compiling (pip does it on one core) and then
+# compiled by compileall on every core, torch's files while pip fetches the rest (82 s -> 65 s measured).
+# Compiling matters: where PYTHONDONTWRITEBYTECODE is set, a package without .pyc files is compiled again by
+# every process that imports it. compileall's status is ignored, as pip ignores it: some packages ship test
+# files in newer Python syntax.
+SITE    = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+COMPILE = $(BIN)/python -m compileall -q -j 0
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import pip, sys; sys.exit(tuple(int(x) for x in pip.__version__.split('.')[:2]) < (21, 3))" || \
 	  $(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --no-compile "torch==2.13.0"
+	($(COMPILE) $(SITE)/torch >/dev/null || true) & \
+	  $(BIN)/python -m pip install --quiet --no-compile -e .; status=$$?; wait; exit $$status
+	$(COMPILE) $(SITE) >/dev/null || true
 	touch $(STAMP)
 
 # Tests also exercise the optional SWE-bench logic (swebench, no engine needed) and the sandbox,
 # which uses bubblewrap when it can be installed (root on Debian/Ubuntu) and rlimits otherwise;
 # the leaderboard site is opened in Debian's headless Chromium when it can be installed (else that test skips).
 $(TESTS): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[dev,swe]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,swe]"
+	$(COMPILE) $(SITE) >/dev/null || true
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || \
 	  echo "note: bubblewrap (bwrap) is not installed; the sandbox falls back to rlimits only"; }
