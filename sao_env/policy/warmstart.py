@@ -12,12 +12,8 @@ import fcntl
 import hashlib
 import json
 import os
-import queue
 import shutil
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -113,20 +109,16 @@ def supervised_warm_start(
     *,
     show_progress: bool = True,
 ) -> list[float]:
-    """Train on (prompt, demonstration) pairs, loss on the response and EOS only; returns the loss curve.
-
-    Batches are drawn and tokenized in order by a background thread (``_prefetched``) while the
-    model trains on the previous one: the same batches as drawing them inline, so the same weights."""
+    """Train on (prompt, demonstration) pairs, loss on the response and EOS only; returns the loss curve."""
     rng = np.random.default_rng(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
     losses = []
     model.train()
-    batches = _prefetched(lambda step: _demonstration_batch(tokenizer, scenario, rng, spec.batch_size, step), spec.steps)
     with Progress(disable=not show_progress, transient=True) as progress:
         bar = progress.add_task("warm start (supervised)", total=spec.steps)
         for step in range(spec.steps):
-            tokens, labels = next(batches)
+            tokens, labels = _demonstration_batch(tokenizer, scenario, rng, spec.batch_size, step)
             loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(), labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -137,40 +129,6 @@ def supervised_warm_start(
             progress.update(bar, advance=1, description=f"warm start (supervised) loss {loss.item():.3f}")
     model.eval()
     return losses
-
-
-def _prefetched(make: Callable[[int], Any], steps: int, depth: int = 2) -> Iterator[Any]:
-    """``make(0), make(1), ...`` computed in that order by one background thread, at most ``depth``
-    ahead of the consumer; an exception in ``make`` is raised where its item would have been."""
-    items: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        for step in range(steps):
-            try:
-                item = (make(step), None)
-            except BaseException as err:  # noqa: BLE001  (re-raised in the consumer)
-                item = (None, err)
-            while not stop.is_set():
-                try:
-                    items.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if item[1] is not None or stop.is_set():
-                return
-
-    worker = threading.Thread(target=produce, name="warm-start-batches", daemon=True)
-    worker.start()
-    try:
-        for _ in range(steps):
-            value, err = items.get()
-            if err is not None:
-                raise err
-            yield value
-    finally:
-        stop.set()
-        worker.join()
 
 
 def _demonstration_batch(tokenizer, scenario: Scenario, rng: np.random.Generator, batch_size: int, step: int):
