@@ -53,7 +53,8 @@ demo: $(STAMP)
 test: $(TESTS)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
-## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs)
+## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs, real-time
+## backends, worker pools, sweeps)
 test-fast: $(TESTS)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 

@@ -86,6 +86,7 @@ def check_on_policy(run_dir, summary) -> None:
 # -- threads --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_threads_writes_sims_run_directory_and_metrics(shrunk_config, shrunk_run, tmp_path):
     sim_dir, _ = shrunk_run("grpo", 0, STALE4)
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "grpo", "threads", STALE4)
@@ -94,11 +95,13 @@ def test_threads_writes_sims_run_directory_and_metrics(shrunk_config, shrunk_run
     assert set(groups.values()) <= {1, 2, 3, 4} and max(groups.values()) == 4  # groups of 4, in completion order
 
 
+@pytest.mark.slow
 def test_threads_synchronous_is_on_policy(shrunk_config, tmp_path):
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "grpo", "threads", SYNC)
     check_on_policy(run_dir, summary)
 
 
+@pytest.mark.slow
 def test_threads_runs_sao_with_its_critic(shrunk_config, shrunk_run, tmp_path):
     sim_dir, _ = shrunk_run("sao", 0, STALE4)
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "sao", "threads", STALE4)

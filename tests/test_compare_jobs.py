@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from conftest import SHRINK, shrink_overrides
 from sao_env.cli import main
 from sao_env.experiment import plan_run
@@ -15,6 +17,7 @@ from sao_env.scenario import Scenario
 LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl", "summary.json")
 
 
+@pytest.mark.slow
 def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path):
     overrides = shrink_overrides("sao")
     outputs = {}
@@ -68,6 +71,7 @@ def test_concurrent_builders_of_one_warm_start_train_it_once(monkeypatch, tmp_pa
     assert all((first[k] == second[k]).all() for k in first)
 
 
+@pytest.mark.slow
 def test_a_user_error_in_a_worker_is_one_line(capsys, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()

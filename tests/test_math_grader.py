@@ -140,6 +140,7 @@ def test_every_reference_answer_written_by_a_model_grades_correct(relative, coun
     assert all(r.details["reason"] == "equivalent" for r in results)  # all parsed by math-verify
 
 
+@pytest.mark.slow
 @needs_data
 def test_wrong_answers_grade_wrong_on_the_real_rows():
     golds = [str(r["answer"]) for rel in ("beyondaime/test.jsonl", "hmmt/hmmt_feb_2025/train.jsonl",

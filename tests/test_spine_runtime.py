@@ -39,6 +39,7 @@ def numbers(record: dict):
 # -- reproducibility ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_seed_runs_are_byte_identical(shrunk_run, shrunk_config, tmp_path):
     first, _ = shrunk_run("sao", 0, STALE4)
     second = tmp_path / "again"

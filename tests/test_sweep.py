@@ -91,6 +91,7 @@ def test_parse_axis_keeps_values_as_written():
         parse_axis("agent.hparams.lr=[1e-4")
 
 
+@pytest.mark.slow
 def test_sweep_on_a_tiny_cut_table_ranking_markdown_and_reuse(monkeypatch, tmp_path):
     monkeypatch.setattr(sweep_module, "code_version", lambda: FIXED_CODE)
     cut = shrink_overrides("sao")

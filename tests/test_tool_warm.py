@@ -176,6 +176,7 @@ def test_secrets_are_refused_before_anything_starts():
         warm.WarmInterpreter(tool_executor(), env={"OPENAI_API_KEY": "x"})
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_warm_pytest_runs_give_the_same_observations_and_statuses_as_cold_ones():
     from sao_env.tasks.forge.grading import _statuses
