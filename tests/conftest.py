@@ -61,6 +61,17 @@ def _shrunk_config(agent: str, seed: int = 0, extra: tuple[str, ...] | list[str]
     return resolve_config("style-drift", agent, seed, shrink_overrides(agent, extra))
 
 
+def learning_cut(agent: str, seed: int, hours: tuple[float, float, float], extra: tuple[str, ...] = ()):
+    """style-drift with ``SHRINK_TASKS`` (the session's shared warm start and tasks), phases of ``hours``
+    (a phase kept at 0.001 h still serves its tasks to the warm start), evaluations every 0.05 h and
+    8 slots (the learning tests were calibrated on 8): the set-up of the tests that check learning."""
+    from sao_env.experiment import resolve_config
+
+    phases = [f"env.phases.{i}.duration_h={h}" for i, h in enumerate(hours)]
+    return resolve_config("style-drift", agent, seed,
+                          [*SHRINK_TASKS, *phases, "env.eval.interval_h=0.05", "env.rollout_slots=8", *extra])
+
+
 @pytest.fixture(scope="session")
 def shrink() -> tuple[str, ...]:
     """The shrinking overrides common to every recipe (``SHRINK``)."""

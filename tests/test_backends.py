@@ -20,10 +20,10 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from conftest import SHRINK_TASKS
+from conftest import learning_cut
 
 from sao_env.errors import UserError
-from sao_env.experiment import build_agent, resolve_config, run_experiment
+from sao_env.experiment import build_agent, run_experiment
 from sao_env.policy.vllm_generator import import_vllm, sampling_kwargs, to_sample
 from sao_env.runtime.spec import RuntimeSpec
 from sao_env.scenario import Scenario
@@ -234,9 +234,8 @@ def boxed_phase(backend: str, seed: int, out):
     shared warm start and tasks (``SHRINK_TASKS``), the sao recipe; the boxed share of the held-out answers at
     each evaluation (every 0.05 h). ``threads`` at time_scale 0.1: 54 s of wall clock, enough for the 2 cores
     to keep up with the scaled latencies."""
-    config = resolve_config("style-drift", "sao", seed, [
-        *SHRINK_TASKS, "env.phases.0.duration_h=0.15", "env.phases.1.duration_h=0.001", "env.phases.2.duration_h=0.001",
-        "env.eval.interval_h=0.05", "env.rollout_slots=8", f"agent.runtime.backend={backend}", "agent.runtime.time_scale=0.1"])
+    config = learning_cut("sao", seed, (0.15, 0.001, 0.001),
+                          (f"agent.runtime.backend={backend}", "agent.runtime.time_scale=0.1"))
     run_experiment(config, out, show_progress=False, save_checkpoint=False)
     return [e["eval/boxed/style_match"] for e in read_jsonl(out / "evals.jsonl")]
 

@@ -18,18 +18,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHRINK_TASKS
+from conftest import learning_cut
 
-from sao_env.experiment import RunConfig, resolve_config, run_experiment
+from sao_env.experiment import RunConfig, run_experiment
 
 pytestmark = pytest.mark.slow
 
 
 def two_phase_config(agent: str) -> RunConfig:
-    cut = ("env.phases.0.duration_h=0.25", "env.phases.1.duration_h=0.55",
-           "env.phases.2.duration_h=0.001",  # the tag phase kept (3.6 s): its tasks are part of the shared warm start
-           "env.eval.interval_h=0.05", "env.rollout_slots=8")
-    return resolve_config("style-drift", agent, 0, [*SHRINK_TASKS, *cut])
+    return learning_cut(agent, 0, (0.25, 0.55, 0.001))  # the tag phase kept (3.6 s): its tasks are in the shared warm start
 
 
 def test_sao_aligns_then_realigns_after_the_switch(tmp_path):
