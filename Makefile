@@ -12,18 +12,21 @@ TESTS  := $(VENV)/.installed-test
 # compiled by compileall on every core, torch's files while pip fetches the rest (82 s -> 65 s measured).
 # Compiling matters: where PYTHONDONTWRITEBYTECODE is set, a package without .pyc files is compiled again by
 # every process that imports it. compileall's status is ignored, as pip ignores it: some packages ship test
-# files in newer Python syntax.
+# files in newer Python syntax. The harness's own set-up leaves out what it never imports: packages' test
+# suites and the transformers models other than the two tiny architectures (31 s -> 18 s of compiling,
+# measured); `make test` compiles everything.
 SITE    = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 COMPILE = $(BIN)/python -m compileall -q -j 0
+UNUSED  = '/tests?/|/testing/_internal/|/transformers/models/(?!auto/|encoder_decoder/|llama/|qwen2/|__init__)'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import pip, sys; sys.exit(tuple(int(x) for x in pip.__version__.split('.')[:2]) < (21, 3))" || \
 	  $(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile "torch==2.13.0"
-	($(COMPILE) $(SITE)/torch >/dev/null || true) & \
+	($(COMPILE) -x $(UNUSED) $(SITE)/torch >/dev/null || true) & \
 	  $(BIN)/python -m pip install --quiet --no-compile -e .; status=$$?; wait; exit $$status
-	$(COMPILE) $(SITE) >/dev/null || true
+	$(COMPILE) -x $(UNUSED) $(SITE) >/dev/null || true
 	touch $(STAMP)
 
 # Tests also exercise the optional SWE-bench logic (swebench, no engine needed) and the sandbox,

@@ -3,6 +3,8 @@ that build the same warm start at once train it once and leave a whole cache ent
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,16 +18,39 @@ from sao_env.scenario import Scenario
 
 LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl", "summary.json")
 
+FORKED_COMPARE = """
+import sys
+from sao_env import experiment
+from sao_env.cli import main
+choose = experiment._worker_context
+
+def reporting():
+    context = choose()
+    print(f"workers started by {context.get_start_method()}", file=sys.stderr)
+    return context
+
+experiment._worker_context = reporting
+sys.exit(main(sys.argv[1:]))
+"""
+
 
 @pytest.mark.slow
 def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path):
+    """``--jobs 1`` in this process; ``--jobs 2`` as a user runs it, in a process of its own whose
+    workers are forked (a test runner's worker has threads, where runs are spawned instead)."""
     overrides = shrink_overrides("sao")
     outputs = {}
     for jobs in (1, 2):
         runs, boards = tmp_path / f"runs{jobs}", tmp_path / f"boards{jobs}"
-        code = main(["compare", "--agents", "sao", "--seeds", "0,1", "--runs-dir", str(runs),
-                     "--leaderboard-dir", str(boards), "--jobs", str(jobs), *overrides])
-        out, err = capsys.readouterr()
+        argv = ["compare", "--agents", "sao", "--seeds", "0,1", "--runs-dir", str(runs),
+                "--leaderboard-dir", str(boards), "--jobs", str(jobs), *overrides]
+        if jobs == 1:
+            code = main(argv)
+            out, err = capsys.readouterr()
+        else:
+            done = subprocess.run([sys.executable, "-c", FORKED_COMPARE, *argv], capture_output=True, text=True)
+            code, out, err = done.returncode, done.stdout, done.stderr
+            assert "workers started by fork" in err, err
         assert code == 0, err
         # One progress line per finished run.
         assert sum(1 for line in err.splitlines() if "finished in" in line) == 2, err

@@ -23,8 +23,11 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen2Config,
 )
+from transformers.utils import logging as transformers_logging
 
 from sao_env.policy.tokenizer import build_char_tokenizer
+
+transformers_logging.disable_progress_bar()  # the harness draws its own bars; per-file load/save bars only interleave
 
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 TINY_ARCHITECTURES = {"tiny-qwen2": Qwen2Config, "tiny-llama": LlamaConfig}
