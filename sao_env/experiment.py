@@ -61,7 +61,7 @@ from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.forking import fork_is_safe
 from sao_env.leaderboard.plots import plot_adaptation
 from sao_env.policy.model import ModelSpec
-from sao_env.policy.warmstart import load_warm_started
+from sao_env.policy.warmstart import is_cached, load_warm_started, warm_start_path
 from sao_env.provenance import code_key, code_version, config_hash, datasets_read, package_versions, short
 from sao_env.runtime import checkpoint as ckpt
 from sao_env.runtime.checkpoint import CheckpointEvery
@@ -632,6 +632,8 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     in this process as each run finishes; the first failure stops the rest and is raised.
     """
     code = code or code_version()
+    if jobs > 1 and len(plans) > 1 and fork_is_safe():
+        _train_warm_starts(plans, jobs)
     if jobs <= 1 or len(plans) <= 1:
         for plan in plans:
             summary, seconds = run_plan(plan, loggers=loggers, code=code, show_progress=show_progress,
@@ -651,6 +653,30 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+
+
+def _train_warm_starts(plans: list[RunPlan], jobs: int) -> None:
+    """Train the warm starts that the runs need and the cache lacks before the runs start, each in a
+    forked process with its share of the ``jobs`` cores on its forward passes (same bits as on one
+    thread: ``supervised_warm_start``). Otherwise the first run to need one trains it on one core
+    while the runs waiting for it leave theirs idle (style-drift's: 100 s -> 85 s measured)."""
+    missing: dict[Path, tuple[Any, Scenario]] = {}
+    for plan in plans:
+        scenario = Scenario(plan.config.env)
+        path = warm_start_path(plan.config.agent.model, scenario)
+        if path is not None and not is_cached(path):
+            missing.setdefault(path, (plan.config.agent.model, scenario))
+    if not missing:
+        return
+    threads = max(1, jobs // len(missing))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(missing)), mp_context=multiprocessing.get_context("fork"),
+                             initializer=_init_worker) as pool:
+        for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
+            future.result()
+
+
+def _train_warm_start(model: Any, scenario: Scenario, forward_threads: int) -> None:
+    load_warm_started(model, scenario, show_progress=False, forward_threads=forward_threads)
 
 
 class _progress:

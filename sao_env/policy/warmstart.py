@@ -64,24 +64,39 @@ def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) ->
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def load_warm_started(
-    model_spec: ModelSpec, scenario: Scenario, *, show_progress: bool = True
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path | None]:
-    """The warm-started tiny policy (trained once, then read from the cache), or a hub model as is."""
+def warm_start_path(model_spec: ModelSpec, scenario: Scenario) -> Path | None:
+    """Where the scenario's warm start of this model is cached (trained or not), or None where the
+    policy needs none (a hub model, or ``warm_start.steps: 0``)."""
     spec = scenario.spec.warm_start
     if not model_spec.is_tiny or spec.steps == 0:
+        return None
+    return cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
+
+
+def is_cached(path: Path) -> bool:
+    return (path / "config.json").is_file()
+
+
+def load_warm_started(
+    model_spec: ModelSpec, scenario: Scenario, *, show_progress: bool = True, forward_threads: int | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path | None]:
+    """The warm-started tiny policy (trained once, then read from the cache), or a hub model as is;
+    ``forward_threads`` as in ``supervised_warm_start`` where it has to be trained."""
+    spec = scenario.spec.warm_start
+    path = warm_start_path(model_spec, scenario)
+    if path is None:
         tokenizer = build_tokenizer(model_spec)
         return build_policy(model_spec, tokenizer, seed=spec.seed), tokenizer, None
-    path = cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
-    if (path / "config.json").is_file():
+    if is_cached(path):
         return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path), path
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.with_name(path.name + ".lock")):  # one process trains, the others wait and read
-        if (path / "config.json").is_file():
+        if is_cached(path):
             return AutoModelForCausalLM.from_pretrained(path), load_tokenizer(path), path
         tokenizer = build_tokenizer(model_spec)
         model = build_policy(model_spec, tokenizer, seed=spec.seed)
-        supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress)
+        supervised_warm_start(model, tokenizer, scenario, spec, show_progress=show_progress,
+                              forward_threads=forward_threads)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -109,16 +124,33 @@ def supervised_warm_start(
     spec: WarmStartSpec,
     *,
     show_progress: bool = True,
+    forward_threads: int | None = None,
 ) -> list[float]:
-    """Train on (prompt, demonstration) pairs, loss on the response and EOS only; returns the loss curve."""
+    """Train on (prompt, demonstration) pairs, loss on the response and EOS only; returns the loss curve.
+
+    ``forward_threads``: torch threads for the forward passes (default: the caller's count, which the
+    backward and the optimizer always keep). The forward's operations (matrix products, attention,
+    norms, softmax) give the same bits on any thread count (measured for the tiny models, and checked
+    by tests/test_warmstart_batches.py), so spare cores shorten a step without changing the result; a
+    backward's weight gradients sum over batch x positions and do not (their bits follow the thread
+    count), so it stays on the caller's. With spare threads the batches are made in this process
+    (a helper making them ahead would compete for the same core: slower, measured).
+    """
+    threads = torch.get_num_threads()
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
     losses = []
     model.train()
     with Progress(disable=not show_progress, transient=True) as progress:
         bar = progress.add_task("warm start (supervised)", total=spec.steps)
-        for tokens, labels in demonstration_batches(tokenizer, scenario, spec):
-            loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(), labels=labels).loss
+        helper = None if (forward_threads or threads) == 1 else False  # the helper would take the spare core
+        for tokens, labels in demonstration_batches(tokenizer, scenario, spec, helper=helper):
+            torch.set_num_threads(forward_threads or threads)
+            try:
+                loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(),
+                             labels=labels).loss
+            finally:
+                torch.set_num_threads(threads)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
