@@ -623,17 +623,19 @@ def _worker_context() -> multiprocessing.context.BaseContext:
 
 def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = (), code: dict | None = None,
              show_progress: bool = True, on_done: Callable[[RunPlan, dict, float], None] | None = None,
-             checkpoint_every: CheckpointEvery = CheckpointEvery()) -> None:
+             checkpoint_every: CheckpointEvery = CheckpointEvery(),
+             on_warm_start: Callable[[str], None] | None = None) -> None:
     """Make independent runs, ``jobs`` at a time in worker processes (one torch thread each, started
     as ``_worker_context`` says), or one after another in this process when ``jobs`` is 1 or there
     is a single run.
 
     A run's results do not depend on where it ran. ``on_done(plan, summary, seconds)`` is called
     in this process as each run finishes; the first failure stops the rest and is raised.
+    ``on_warm_start(line)`` hears when missing warm starts are trained before the runs.
     """
     code = code or code_version()
     if jobs > 1 and len(plans) > 1 and fork_is_safe():
-        _train_warm_starts(plans, jobs)
+        _train_warm_starts(plans, jobs, on_warm_start or (lambda line: None))
     if jobs <= 1 or len(plans) <= 1:
         for plan in plans:
             summary, seconds = run_plan(plan, loggers=loggers, code=code, show_progress=show_progress,
@@ -655,7 +657,7 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
             raise
 
 
-def _train_warm_starts(plans: list[RunPlan], jobs: int) -> None:
+def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], None]) -> None:
     """Train the warm starts that the runs need and the cache lacks before the runs start, each in a
     forked process with its share of the ``jobs`` cores on its forward passes (same bits as on one
     thread: ``supervised_warm_start``). Otherwise the first run to need one trains it on one core
@@ -669,10 +671,15 @@ def _train_warm_starts(plans: list[RunPlan], jobs: int) -> None:
     if not missing:
         return
     threads = max(1, jobs // len(missing))
+    start = time.perf_counter()
+    steps = ", ".join(f"{s.spec.warm_start.steps} steps of {s.spec.warm_start.batch_size}" for _, s in missing.values())
+    say(f"warm start ({steps}): training it once before the runs, {threads} thread(s) on its forward passes; "
+        f"cached in {next(iter(missing)).parent}")
     with ProcessPoolExecutor(max_workers=min(jobs, len(missing)), mp_context=multiprocessing.get_context("fork"),
                              initializer=_init_worker) as pool:
         for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
             future.result()
+    say(f"warm start trained in {time.perf_counter() - start:.0f} s")
 
 
 def _train_warm_start(model: Any, scenario: Scenario, forward_threads: int) -> None:

@@ -205,7 +205,7 @@ def run_sweep(sweep: Sweep, *, jobs: int = 1, skip_existing: bool = True,
         done += 1
         report(f"[{done}/{len(todo)}] {plan.out} in {seconds:.0f} s: {sweep.objective} {summary.get(sweep.objective, float('nan')):.3f}")
 
-    run_many(todo, jobs=jobs, code=code, show_progress=False, on_done=on_done)
+    run_many(todo, jobs=jobs, code=code, show_progress=False, on_done=on_done, on_warm_start=report)
     return sweep_table(sweep)
 
 

@@ -3,6 +3,7 @@ that build the same warm start at once train it once and leave a whole cache ent
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -37,7 +38,9 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.slow
 def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path):
     """``--jobs 1`` in this process; ``--jobs 2`` as a user runs it, in a process of its own whose
-    workers are forked (a test runner's worker has threads, where runs are spawned instead)."""
+    workers are forked (a test runner's worker has threads, where runs are spawned instead), and with
+    an empty warm-start cache: it trains the warm start before the runs, forward passes on two
+    threads, and the runs still match byte for byte."""
     overrides = shrink_overrides("sao")
     outputs = {}
     for jobs in (1, 2):
@@ -48,9 +51,11 @@ def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path)
             code = main(argv)
             out, err = capsys.readouterr()
         else:
-            done = subprocess.run([sys.executable, "-c", FORKED_COMPARE, *argv], capture_output=True, text=True)
+            env = {**os.environ, "SAO_ENV_CACHE": str(tmp_path / "empty-cache")}
+            done = subprocess.run([sys.executable, "-c", FORKED_COMPARE, *argv], capture_output=True, text=True, env=env)
             code, out, err = done.returncode, done.stdout, done.stderr
-            assert "workers started by fork" in err, err
+            assert "workers started by fork" in err and "2 thread(s) on its forward passes" in err, err
+            assert "warm start trained in" in err, err
         assert code == 0, err
         # One progress line per finished run.
         assert sum(1 for line in err.splitlines() if "finished in" in line) == 2, err
@@ -70,7 +75,7 @@ def test_concurrent_builders_of_one_warm_start_train_it_once(monkeypatch, tmp_pa
     monkeypatch.setenv("SAO_ENV_CACHE", str(tmp_path))
     trained = []
 
-    def slow_training(model, tokenizer, scenario, spec, *, show_progress=True):
+    def slow_training(model, tokenizer, scenario, spec, *, show_progress=True, forward_threads=None):
         trained.append(threading.get_ident())
         time.sleep(1.0)  # long enough for the other builder to arrive while this one trains
         return []

@@ -137,7 +137,8 @@ def compare(
                       f"online_reward {summary['online_reward']:.3f}, auc {summary.get('auc', float('nan')):.3f}", soft_wrap=True)
 
     try:
-        run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report, checkpoint_every=every)
+        run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report, checkpoint_every=every,
+                 on_warm_start=lambda line: console.print(line, soft_wrap=True))
     except RunInterrupted as err:
         _interrupted(err, ["sao-env", "compare", "--env", env, "--agents", agents,
                            *(["--num-seeds", str(num_seeds)] if num_seeds else ["--seeds", seeds]),
