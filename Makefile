@@ -14,7 +14,7 @@ TESTS  := $(VENV)/.installed-test
 # files is compiled again by every process that imports it. compileall's status is ignored, as pip ignores
 # it: some packages ship test files in newer Python syntax. The harness's own set-up leaves out what it
 # never imports: packages' test suites, the transformers models other than the two tiny architectures, and
-# the largest other parts of packages it does not load (8,100 of 13,800 files are compiled, 3,300 of them
+# the largest other parts of packages it does not load (6,250 of 13,800 files are compiled, 3,300 of them
 # imported by a run); `make test` compiles everything.
 SITE    = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 COMPILE = $(BIN)/python -m compileall -q -j 0

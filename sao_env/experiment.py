@@ -659,9 +659,10 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
 
 def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], None]) -> None:
     """Train the warm starts that the runs need and the cache lacks before the runs start, each in a
-    forked process with its share of the ``jobs`` cores on its forward passes (same bits as on one
-    thread: ``supervised_warm_start``). Otherwise the first run to need one trains it on one core
-    while the runs waiting for it leave theirs idle (style-drift's: 100 s -> 85 s measured)."""
+    forked process with its share of the ``jobs`` cores (at most the machine's) on its forward passes
+    (same bits as on one thread: ``supervised_warm_start``). Otherwise the first run to need one
+    trains it on one core while the runs waiting for it leave theirs idle (style-drift's, 2 cores:
+    about 10% shorter, 6.7 s -> 6.0 s per 40 steps, interleaved medians of 4)."""
     missing: dict[Path, tuple[Any, Scenario]] = {}
     for plan in plans:
         scenario = Scenario(plan.config.env)
@@ -670,7 +671,7 @@ def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], Non
             missing.setdefault(path, (plan.config.agent.model, scenario))
     if not missing:
         return
-    threads = max(1, jobs // len(missing))
+    threads = max(1, min(jobs, os.cpu_count() or 1) // len(missing))
     start = time.perf_counter()
     steps = ", ".join(f"{s.spec.warm_start.steps} steps of {s.spec.warm_start.batch_size}" for _, s in missing.values())
     say(f"warm start ({steps}): training it once before the runs, {threads} thread(s) on its forward passes; "

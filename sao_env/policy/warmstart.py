@@ -74,6 +74,7 @@ def warm_start_path(model_spec: ModelSpec, scenario: Scenario) -> Path | None:
 
 
 def is_cached(path: Path) -> bool:
+    """True once a warm start was written whole at ``path`` (its folder appears by one rename)."""
     return (path / "config.json").is_file()
 
 
@@ -131,7 +132,7 @@ def supervised_warm_start(
     ``forward_threads``: torch threads for the forward passes (default: the caller's count, which the
     backward and the optimizer always keep). The forward's operations (matrix products, attention,
     norms, softmax) give the same bits on any thread count (measured for the tiny models, and checked
-    by tests/test_warmstart_batches.py), so spare cores shorten a step without changing the result; a
+    by tests/test_warmstart_parallel.py), so spare cores shorten a step without changing the result; a
     backward's weight gradients sum over batch x positions and do not (their bits follow the thread
     count), so it stays on the caller's. With spare threads the batches are made in this process
     (a helper making them ahead would compete for the same core: slower, measured).
