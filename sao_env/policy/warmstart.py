@@ -144,9 +144,10 @@ def supervised_warm_start(
     model.train()
     with Progress(disable=not show_progress, transient=True) as progress:
         bar = progress.add_task("warm start (supervised)", total=spec.steps)
-        helper = None if (forward_threads or threads) == 1 else False  # the helper would take the spare core
+        forward = forward_threads or threads
+        helper = forward == 1 and fork_is_safe()  # with more threads the helper would take the spare core
         for tokens, labels in demonstration_batches(tokenizer, scenario, spec, helper=helper):
-            torch.set_num_threads(forward_threads or threads)
+            torch.set_num_threads(forward)
             try:
                 loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(),
                              labels=labels).loss
@@ -175,15 +176,15 @@ class _DemonstrationBatches(torch.utils.data.IterableDataset):
             yield _demonstration_batch(self.tokenizer, self.scenario, rng, self.spec.batch_size, step)
 
 
-def demonstration_batches(tokenizer, scenario: Scenario, spec: WarmStartSpec, *, helper: bool | None = None):
+def demonstration_batches(tokenizer, scenario: Scenario, spec: WarmStartSpec, *, helper: bool):
     """The warm start's (tokens, labels) batches, the same whoever makes them.
 
-    Where ``fork_is_safe`` (or ``helper`` says so), a forked helper process makes them a few steps
+    With ``helper`` (only where ``fork_is_safe``), a forked helper process makes them a few steps
     ahead, so that the trainer's core spends its time on the model (sampling and tokenising is about
     7% of a style-drift warm-start step, measured); otherwise this process makes each when needed.
     """
     batches = _DemonstrationBatches(tokenizer, scenario, spec)
-    if not (fork_is_safe() if helper is None else helper):
+    if not helper:
         return iter(batches)
     return iter(torch.utils.data.DataLoader(batches, batch_size=None, num_workers=1, prefetch_factor=8,
                                             multiprocessing_context="fork"))
