@@ -60,6 +60,7 @@ from sao_env.evaluation.adaptation import adaptation_summary
 from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.forking import fork_is_safe
 from sao_env.leaderboard.plots import plot_adaptation
+from sao_env.numerics import numerics_record
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import is_cached, load_warm_started, warm_start_path
 from sao_env.provenance import code_key, code_version, config_hash, datasets_read, package_versions, short
@@ -360,7 +361,8 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
     torch.set_num_threads(config.threads)
     scenario = Scenario(config.env)
     provenance = {"config_hash": config_hash(expanded), "label": label, "overrides": list(overrides),
-                  "code": code, "versions": package_versions(), "datasets": datasets_read(scenario)}
+                  "code": code, "versions": package_versions(), "numerics": numerics_record(),
+                  "datasets": datasets_read(scenario)}
     write_atomic(out / "config.yaml", yaml.safe_dump({**expanded, "provenance": provenance}, sort_keys=False))
     manifests = scenario.manifests()
     if manifests:

@@ -7,6 +7,8 @@ run of each configuration costs seconds.
 
 from __future__ import annotations
 
+import sao_env.numerics  # noqa: F401  (first: pins the CPU numerics before torch loads, as the CLI does)
+
 import contextlib
 import os
 from pathlib import Path
