@@ -805,7 +805,9 @@ def paired_markdown(board: ScenarioBoard) -> list[str]:
              f"Each recipe minus {ref}, paired by seed (the difference between the two runs of the same seed), then "
              "the mean ± half-width of the 95% Student-t interval over the seeds' differences; "
              "n: seeds where both have the value (a recovery that never happened leaves its seed out). "
-             "An interval that excludes 0 is a difference the seeds support.", ""]
+             "An interval that excludes 0 is a difference under the t-interval's assumption of normal differences; "
+             "ranks and bold cells use the paired sign-flip test with Holm's correction (below), which assumes nothing "
+             "about their distribution but cannot reach p < 0.05 with fewer than 6 seeds.", ""]
     header = [f"recipe − {ref}"] + [column_format(c).title for c in columns]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---|" + "|".join("---:" for _ in columns) + "|")
