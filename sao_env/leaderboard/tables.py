@@ -590,7 +590,9 @@ def power_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
     return (f"{power['mde']:.3f} in {title} at n={n} seeds: the paired difference that a two-sided test at "
             f"α {ALPHA:g} detects with {POWER:.0%} power, (t(0.975, {n - 1}) + t(0.8, {n - 1})) × sd / √{n}, with sd "
             f"{power['sd']:.3f} pooled over the paired differences of {k} pair{'s' if k != 1 else ''} of rows; "
-            f"a difference of 0.05 needs {need('seeds_0.05')}, 0.03 needs {need('seeds_0.03')}")
+            f"a difference of 0.05 needs {need('seeds_0.05')}, 0.03 needs {need('seeds_0.03')}"
+            + (f" (a t-test's figure: the sign-flip test behind the ranks cannot reject at all below 6 seeds)"
+               if smallest_p(n) > ALPHA else ""))
 
 
 def ranks_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
