@@ -621,7 +621,8 @@ def test_the_run_plot_legend_names_the_overrides(tmp_path, runs, monkeypatch):
     from sao_env.leaderboard import plots
 
     seen = {}
-    monkeypatch.setattr(plots, "plot_curves", lambda curves, facts, path, **kw: seen.setdefault("labels", sorted(set(curves["label"]))))
+    monkeypatch.setattr(plots, "plot_curves",
+                        lambda curves, facts, path, **kw: seen.setdefault("labels", sorted(set(curves["label"]))))
     override = next(d for d in runs if "+" in d.parent.name)
     plots.plot_adaptation({override.parent.name: [override], "sao": [runs[0]]}, tmp_path / "x.png")
     assert seen["labels"] == ["sao", "sao (agent.hparams.lr=3e-5)"]

@@ -249,7 +249,8 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
                      '<p class="muted">Not ranked with the rows above (a board ranks one budget).</p>'
                      '<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{_inline_code(v)}</dd>" for k, v in other_facts)
                      + "</dl>")
-        parts += [_board_table(other, f"{sid}-b{i}"), _paired_table(other, f"{sid}-b{i}"), _tests_table(other, f"{sid}-b{i}")]
+        other_sid = f"{sid}-b{i}"
+        parts += [_board_table(other, other_sid), _paired_table(other, other_sid), _tests_table(other, other_sid)]
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -316,7 +317,8 @@ def _tests_table(board: ScenarioBoard, sid: str) -> str:
         verdict = "not made (fewer than 2 shared seeds)" if not c.made else (f"{c.winner} better" if c.winner else "tie")
         values = {"pair": (f"{c.a} − {c.b}", f"{c.a} − {c.b}"), "n": (str(c.n), str(c.n)),
                   "difference": ("n/a" if math.isnan(c.mean) else f"{c.mean:+.3f}", _sort_value(c.mean)),
-                  "p": (tables.format_p(c.p), _sort_value(c.p)), "p_holm": (tables.format_p(c.p_holm), _sort_value(c.p_holm)),
+                  "p": (tables.format_p(c.p), _sort_value(c.p)),
+                  "p_holm": (tables.format_p(c.p_holm), _sort_value(c.p_holm)),
                   "mde": ("n/a" if math.isnan(c.mde) else f"{c.mde:.3f}", _sort_value(c.mde)), "verdict": (verdict, verdict)}
         body.append("<tr>" + "".join(f'<td{" class=num" if num else ""} data-sort="{e(values[k][1])}">{e(values[k][0])}</td>'
                                      for k, _, num in keys) + "</tr>")

@@ -95,7 +95,8 @@ def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
                 continue
             row = b.frame[mine].iloc[0]
             text = tables.format_cell(row[metric], row[f"{metric}_ci95"], 0, row["seeds"], metric)
-            rank = f" #{format_rank(*ranks[b.env][label])} of {len(b.frame)}" if finite_float(row[metric]) is not None else ""
+            known = finite_float(row[metric]) is not None
+            rank = f" #{format_rank(*ranks[b.env][label])} of {len(b.frame)}" if known else ""
             if b.supported_best(metric) == label:
                 text = f"**{text}**"
             cells.append(f"{text} (n={int(row['seeds'])})" + rank)

@@ -486,8 +486,8 @@ def _board_from_aggregated(table: pd.DataFrame, env: str, path: Path) -> Scenari
     frame.insert(0, "rank", range(1, len(frame) + 1))
     if not {"rank_low", "rank_high"} <= set(frame.columns):  # no per-seed rows to test: every rank a tie
         frame["rank_low"], frame["rank_high"] = 1, len(frame)
-    ordered = ["rank", "rank_low", "rank_high", "label", "agent", "recipe", "algorithm", "overrides", "seeds", "seed_list", "config_hash",
-               "code_version", "collapses", "collapse_checked"]
+    ordered = ["rank", "rank_low", "rank_high", "label", "agent", "recipe", "algorithm", "overrides", "seeds",
+               "seed_list", "config_hash", "code_version", "collapses", "collapse_checked"]
     known_order = metric_columns([dict.fromkeys(metrics, 0.0)])
     metric_part = [x for c in known_order + [m for m in metrics if m not in known_order]
                    for x in (c, f"{c}_ci95", f"{c}_missed") if x in frame.columns]
