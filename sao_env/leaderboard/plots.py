@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,8 @@ import yaml  # noqa: E402
 
 from sao_env.evaluation.stats import mean_ci95  # noqa: E402
 
+LEGEND_WIDTH = 48
+"""Legend entries (a recipe with its overrides can be long) wrap at this many characters."""
 BAND = "95% t-interval over seeds"
 """What the shaded band around each line is (also printed in the legend)."""
 
@@ -28,8 +31,22 @@ def load_evals(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (Path(run_dir) / "evals.jsonl").read_text().splitlines() if line]
 
 
+def legend_label(label: str, run_dir: Path) -> str:
+    """What a plot's legend calls a run: its recipe and the overrides it was given
+    (``sao (agent.hparams.lr=3e-5)``, from ``config.yaml``'s provenance), not the directory label
+    ``sao+0d31cef3``; ``label`` itself when the run recorded no overrides."""
+    try:
+        config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return label
+    overrides = (config.get("provenance") or {}).get("overrides") or []
+    recipe = (config.get("agent") or {}).get("name") or label.split("+", 1)[0]
+    return f"{recipe} ({'; '.join(map(str, overrides))})" if overrides else label
+
+
 def plot_adaptation(runs: dict[str, list[Path]], path: Path, *, title: str | None = None) -> Path:
-    """Plot run directories grouped by label (``{label: [run dirs]}``), e.g. one run's own curve."""
+    """Plot run directories grouped by label (``{label: [run dirs]}``), e.g. one run's own curve;
+    the legend names each group by its recipe and overrides (``legend_label``)."""
     from sao_env.evaluation.adaptation import current_accuracy
     from sao_env.leaderboard.tables import scenario_facts
     from sao_env.scenario import Scenario, ScenarioSpec
@@ -38,9 +55,13 @@ def plot_adaptation(runs: dict[str, list[Path]], path: Path, *, title: str | Non
     env = yaml.safe_load((Path(first) / "config.yaml").read_text())["env"]
     scenario = Scenario(ScenarioSpec(**env))
     points = []
+    names: dict[str, str] = {}
     for label, dirs in runs.items():
+        name = legend_label(label, dirs[0])
+        name = name if name not in names.values() else f"{name} [{label}]"
+        names[label] = name
         for seed, d in enumerate(dirs):
-            points += [(label, seed, t / 3600, a) for t, a in current_accuracy(load_evals(d), scenario)]
+            points += [(name, seed, t / 3600, a) for t, a in current_accuracy(load_evals(d), scenario)]
     curves = pd.DataFrame(points, columns=["label", "seed", "sim_time_h", "accuracy"])
     return plot_curves(curves, scenario_facts(env), path, title=title or f"{scenario.spec.name}: adaptation curves")
 
@@ -60,7 +81,7 @@ def plot_curves(curves: pd.DataFrame, facts: dict, path: Path, *, title: str, or
         stats = [mean_ci95(v) for v in by_time]
         mean = np.array([m for m, _ in stats])
         color = f"C{i % 10}"
-        ax.plot(t, mean, color=color, label=f"{label} (n={seeds})", lw=2)
+        ax.plot(t, mean, color=color, label=textwrap.fill(f"{label} (n={seeds})", LEGEND_WIDTH), lw=2)
         half = np.array([h for _, h in stats])
         if seeds > 1 and not np.all(np.isnan(half)):
             ax.fill_between(t, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1), color=color, alpha=0.18, lw=0)

@@ -3,9 +3,13 @@
 The page is a pure function of the folder's tables: every scenario's per-seed table
 (``<env>-runs.csv``, else its aggregated ``<env>.csv``), its plot (``<env>.png``, inlined as a
 data URI) and the benchmark table (``benchmarks.csv``). Styles, the sorting script and the plots
-are inline: it opens from disk without network. Sections: a cross-scenario summary (recipes x
-scenarios, online reward ± CI and rank), one section per scenario (header facts, plot, headline
-columns, the other columns on demand), the benchmark evaluations, and the rule.
+are inline: it opens from disk without network. It leads with a one-paragraph reading of the
+cross-scenario result (``summary.reading``); then a summary (recipes x full-budget scenarios,
+online reward ± CI and the rank the seeds support, each board's minimum detectable difference;
+boards at another budget named apart), one section per scenario, the flagship first (header facts
+with power, ranks and collapses; plot; headline columns, the other columns on demand; paired
+differences and paired tests; rows at another budget in their own tables), the benchmark
+evaluations when there are any, and the rule. Shading marks only a lead the seeds support.
 
 Sorting: a click on a column header sorts that table (again: the other direction); the address
 ``index.html#sort=<table id>:<column key>:<asc|desc>`` opens the page sorted that way.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -97,7 +102,8 @@ window.sortTable=sortTable;window.addEventListener('hashchange',fromHash);fromHa
 
 
 def read_boards(folder: Path) -> list[ScenarioBoard]:
-    """Every scenario board in a leaderboard folder: ``<env>-runs.csv`` where there is one, else ``<env>.csv``."""
+    """Every scenario board in a leaderboard folder: ``<env>-runs.csv`` where there is one, else ``<env>.csv``;
+    the flagship scenario first, then by name (``summary.order_boards``)."""
     folder = Path(folder)
     boards = {}
     for path in sorted(folder.glob("*-runs.csv")):
@@ -107,7 +113,9 @@ def read_boards(folder: Path) -> list[ScenarioBoard]:
         if env.endswith(("-runs", "-curves")) or env == "benchmarks" or env in boards:
             continue
         boards[env] = tables.board_from_csv(path)
-    return [boards[env] for env in sorted(boards)]
+    from sao_env.leaderboard.summary import order_boards
+
+    return order_boards(list(boards.values()))
 
 
 def write_site(folder: Path, *, generator: str) -> Path:
@@ -128,35 +136,44 @@ def write_site(folder: Path, *, generator: str) -> Path:
 
 def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: Path, generator: str) -> str:
     """The whole page as a string."""
+    from sao_env.leaderboard.summary import reading, split_budgets
+
     e = html.escape
+    ranked, apart = split_budgets(boards)
+    has_bench = bench is not None and not bench.empty
     nav = ['<a href="#summary">summary</a>'] + [f'<a href="#{_sid(b.env)}">{e(b.env)}</a>' for b in boards]
-    nav += ['<a href="#benchmarks">benchmarks</a>', '<a href="#rule">rule</a>']
+    nav += (['<a href="#benchmarks">benchmarks</a>'] if has_bench else []) + ['<a href="#rule">rule</a>']
+    bench_words = (f", {len(bench)} benchmark evaluation{'s' if len(bench) != 1 else ''}" if has_bench else "")
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>sao-env leaderboard</title>", f"<style>{STYLE}</style></head><body>",
         "<header><h1>sao-env leaderboard</h1>",
-        '<p class="lead">Asynchronous RL recipes (SAO, GRPO and its variants, ...) on drifting scenarios, each under '
+        f'<p class="lead" id="reading">{e(reading(ranked, len(apart)))}</p>',
+        '<p class="muted">Asynchronous RL recipes (SAO, GRPO and its variants, ...) on drifting scenarios, each under '
         "the same simulated-time budget and rollout slots. Headline: online reward, the mean reward an online "
-        "learner earns, with its 95% interval over seeds; then how fast each recipe recovers after every drift.</p>",
+        "learner earns, with its 95% interval over seeds; then how fast each recipe recovers after every drift. "
+        "Ranks are ties unless a paired test over seeds supports the order.</p>",
         f'<p class="muted">Generated on {date.today().isoformat()} by {_inline_code(generator)} · code version '
-        f"<code>{e(code_key(code_version()))}</code> · {len(boards)} scenario{'s' if len(boards) != 1 else ''}, "
-        f"{0 if bench is None else len(bench)} benchmark evaluation{'s' if bench is None or len(bench) != 1 else ''}</p>",
+        f"<code>{e(code_key(code_version()))}</code> · {len(boards)} scenario{'s' if len(boards) != 1 else ''}"
+        f"{bench_words}</p>",
         f"<nav>{' '.join(nav)}</nav></header>",
-        _summary(boards),
+        _summary(ranked, apart),
         *[_scenario(b, folder) for b in boards],
-        _benchmarks(bench),
+        _benchmarks(bench) if has_bench else "",
         '<section id="rule"><h2>The rule</h2><ul>' + "".join(f"<li>{r}</li>" for r in RULE) + "</ul></section>",
         '<footer>Columns are defined in docs/metrics.md. Every table sorts by a click on its header; '
         "<code>#sort=TABLE:COLUMN:asc|desc</code> in the address opens it sorted.</footer>",
         f"<script>{SCRIPT}</script></body></html>",
     ]
-    return "\n".join(parts) + "\n"
+    return "\n".join(p for p in parts if p) + "\n"
 
 
-def _summary(boards: list[ScenarioBoard]) -> str:
+def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> str:
+    """Recipes x full-budget scenarios: online reward ± CI and the rank the seeds support; a cell is
+    shaded only for a leader every paired test supports. Boards at another budget are named below it."""
     e = html.escape
-    if not boards:
+    if not boards and not apart:
         return ('<section id="summary"><h2>Summary</h2><p class="muted">No scenario table in this folder yet: '
                 "<code>sao-env compare</code> or <code>sao-env leaderboard RUN_DIRS</code> writes one.</p></section>")
     labels: list[str] = []
@@ -176,16 +193,31 @@ def _summary(boards: list[ScenarioBoard]) -> str:
                 cells.append('<td class="num" data-sort="">—</td>')
                 continue
             row = match.iloc[0]
-            best = int(row["rank"]) == 1
+            best = b.supported_best(SORT_KEY) == label
             text = format_cell(row[SORT_KEY], row[f"{SORT_KEY}_ci95"], 0, row["seeds"], SORT_KEY)
             cells.append(f'<td class="num{" best" if best else ""}" data-sort="{_sort_value(row[SORT_KEY])}">'
-                         f'{e(text)} <span class="muted">#{int(row["rank"])} of {len(b.frame)}</span></td>')
+                         f'{e(text)} <span class="muted">#{e(tables.rank_cell(row))} of {len(b.frame)}</span></td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
+    power = []
+    for b in boards:
+        p = tables.board_power(b)
+        text = "n/a" if p is None else f"{p['mde']:.3f} (n={p['n']})"
+        power.append(f'<td class="num" data-sort="{_sort_value(None if p is None else p["mde"])}">{e(text)}</td>')
+    foot = ('<tfoot><tr><td class="label">minimum detectable difference</td><td></td>' + "".join(power)
+            + "</tr></tfoot>") if boards else ""
+    others = ""
+    if apart:
+        others = ('<p class="note">At another budget, ranked only among themselves (docs/leaderboard.md): '
+                  + "; ".join(f'<a href="#{_sid(b.env)}">{e(b.env)}</a> at {e(tables.budget_words(b.facts))}'
+                              for b in apart) + ".</p>")
     return ('<section id="summary"><h2>Summary: online reward by scenario</h2>'
-            '<p class="muted">Mean ± half-width of the 95% t-interval over seeds, and the rank within the scenario '
-            "(ranked by the mean). Best per scenario shaded. Rows are recipes; a recipe with overrides is its own row.</p>"
+            '<p class="muted">Scenarios at their full budget. Mean ± half-width of the 95% t-interval over seeds, and '
+            "the rank within the scenario that paired sign-flip tests over seeds support (Holm-corrected; "
+            "<code>#1–3</code> is a tie over ranks 1 to 3). A cell is shaded only for a leader the seeds support. "
+            "Last row: the minimum detectable paired difference at the scenario's n (80% power, two-sided α 0.05). "
+            "Rows are recipes; a recipe with overrides is its own row.</p>"
             '<div class="wrap"><table class="sortable" id="summary-table"><thead><tr>' + "".join(head)
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div></section>")
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody>" + foot + "</table></div>" + others + "</section>")
 
 
 def _scenario(board: ScenarioBoard, folder: Path) -> str:
@@ -209,6 +241,16 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
                      f"{e(board.env)}.png (run directories or {e(board.env)}-curves.csv make one).</p>")
     parts.append(_board_table(board, sid))
     parts.append(_paired_table(board, sid))
+    parts.append(_tests_table(board, sid))
+    for i, other in enumerate(board.apart, start=2):
+        other_facts = [(k, v) for k, v in tables.header_facts(other, "")
+                       if k in ("budget", "phases", "seeds", "power", "ranks", "collapses")]
+        parts.append(f"<h3>Rows at another budget: {e(tables.budget_words(other.facts))}</h3>"
+                     '<p class="muted">Not ranked with the rows above (a board ranks one budget).</p>'
+                     '<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{_inline_code(v)}</dd>" for k, v in other_facts)
+                     + "</dl>")
+        other_sid = f"{sid}-b{i}"
+        parts += [_board_table(other, other_sid), _paired_table(other, other_sid), _tests_table(other, other_sid)]
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -216,39 +258,75 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
 def _board_table(board: ScenarioBoard, sid: str) -> str:
     e = html.escape
     metrics = board.metrics
-    headline = tables.headline_columns(metrics)
+    headline = tables.display_columns(board)
     extra_metrics = [m for m in metrics if m not in headline]
+    collapses = "collapses" in board.frame.columns
     table_id = f"table-{sid}"
     columns: list[tuple[str, str, bool, bool]] = [("rank", "rank", True, False), ("recipe", "recipe", False, False),
                                                   ("seeds", "seeds", True, False)]
     columns += [(m, column_format(m).title, True, False) for m in headline]
+    columns += [("collapses", "collapsed", True, False)] if collapses else []
     columns += [(m, column_format(m).title, True, True) for m in extra_metrics]
     columns += [("algorithm", "algorithm", False, True), ("overrides", "overrides", False, True),
                 ("config_hash", "config hash", False, True), ("code_version", "code version", False, True)]
-    best = {m: _best_index(board.frame, m) for m in headline}
+    best = {m: board.supported_best(m) for m in headline}
     head = "".join(f'<th data-key="{e(key)}" class="{"num " if num else ""}{"extra" if extra else ""}">{e(title)}</th>'
                    for key, title, num, extra in columns)
     body = []
-    for i, row in board.frame.iterrows():
-        cells = [f'<td class="num" data-sort="{int(row["rank"])}">{int(row["rank"])}</td>',
-                 f'<td class="label" data-sort="{e(str(row["label"]))}">{e(str(row["label"]))}</td>',
+    for _, row in board.frame.iterrows():
+        label = str(row["label"])
+        cells = [f'<td class="num" data-sort="{int(row["rank"])}">{e(tables.rank_cell(row))}</td>',
+                 f'<td class="label" data-sort="{e(label)}">{e(label)}</td>',
                  f'<td class="num" data-sort="{int(row["seeds"])}" title="seeds {e(str(row["seed_list"]))}">'
                  f'{e(tables._seeds_cell(row))}</td>']
-        for m in headline + extra_metrics:
+        for m in headline + (["collapses"] if collapses else []) + extra_metrics:
+            if m == "collapses":
+                cells.append(f'<td class="num" data-sort="{_sort_value(row.get("collapses"))}">'
+                             f"{e(tables._collapse_cell(row))}</td>")
+                continue
             missed = row.get(f"{m}_missed", 0) or 0
             text = format_cell(row[m], row[f"{m}_ci95"], missed, row["seeds"], m)
             sort = _sort_value(row[m], never=bool(missed))
-            classes = "num" + (" extra" if m in extra_metrics else "") + (" best" if best.get(m) == i else "")
+            classes = "num" + (" extra" if m in extra_metrics else "") + (" best" if best.get(m) == label else "")
             cells.append(f'<td class="{classes}" data-sort="{sort}">{e(text)}</td>')
         for key in ("algorithm", "overrides", "config_hash", "code_version"):
             value = str(row.get(key, "") if row.get(key) is not None else "")
             cells.append(f'<td class="extra" data-sort="{e(value)}">{e(value or "none")}</td>')
-        body.append(f'<tr data-label="{e(str(row["label"]))}">' + "".join(cells) + "</tr>")
+        body.append(f'<tr data-label="{e(label)}">' + "".join(cells) + "</tr>")
     more = f"Show all {len(columns)} columns"
     return (f'<p><button class="toggle" data-table="{table_id}" data-more="{e(more)}" data-less="Headline columns only">'
-            f'{e(more)}</button> <span class="muted">Best value of each headline column shaded; '
-            "<code>never</code>: no seed reached the threshold.</span></p>"
+            f'{e(more)}</button> <span class="muted">A headline cell is shaded only for a lead that every paired '
+            "test supports; rank <code>1–3</code>: a tie over ranks 1 to 3; <code>never</code>: no seed reached the "
+            "threshold.</span></p>"
             f'<div class="wrap"><table class="sortable board" id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def _tests_table(board: ScenarioBoard, sid: str) -> str:
+    """Every pair of rows tested on the sort key (``tables.tests_markdown`` as HTML; empty without pairs)."""
+    e = html.escape
+    comparisons = board.comparisons(SORT_KEY)
+    if not comparisons:
+        return ""
+    m = sum(c.made for c in comparisons)
+    keys = [("pair", "pair", False), ("n", "n", True), ("difference", "difference", True), ("p", "p", True),
+            ("p_holm", "p (Holm)", True), ("mde", "detectable at n", True), ("verdict", "verdict", False)]
+    head = "".join(f'<th data-key="{k}"{" class=num" if num else ""}>{e(title)}</th>' for k, title, num in keys)
+    body = []
+    for c in comparisons:
+        verdict = "not made (fewer than 2 shared seeds)" if not c.made else (f"{c.winner} better" if c.winner else "tie")
+        values = {"pair": (f"{c.a} − {c.b}", f"{c.a} − {c.b}"), "n": (str(c.n), str(c.n)),
+                  "difference": ("n/a" if math.isnan(c.mean) else f"{c.mean:+.3f}", _sort_value(c.mean)),
+                  "p": (tables.format_p(c.p), _sort_value(c.p)),
+                  "p_holm": (tables.format_p(c.p_holm), _sort_value(c.p_holm)),
+                  "mde": ("n/a" if math.isnan(c.mde) else f"{c.mde:.3f}", _sort_value(c.mde)), "verdict": (verdict, verdict)}
+        body.append("<tr>" + "".join(f'<td{" class=num" if num else ""} data-sort="{e(values[k][1])}">{e(values[k][0])}</td>'
+                                     for k, _, num in keys) + "</tr>")
+    return (f"<h3>Paired tests: {e(column_format(SORT_KEY).title)}</h3><p class=\"muted\">Every pair of rows, paired by "
+            f"seed: mean difference (first − second), the sign-flip permutation p, p after Holm over the {m} "
+            f"comparison{'s' if m != 1 else ''} made, and the minimum detectable difference at that n (80% power, "
+            "α 0.05). The ranks follow from the verdicts.</p>"
+            f'<div class="wrap"><table class="sortable tests" id="tests-{sid}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
@@ -325,14 +403,6 @@ def _sort_value(value: Any, *, never: bool = False) -> str:
     if x is None:
         return "Infinity" if never else ""
     return repr(x)
-
-
-def _best_index(frame: pd.DataFrame, metric: str) -> Any:
-    better = column_format(metric).higher_is_better
-    values = pd.to_numeric(frame[metric], errors="coerce")
-    if better is None or values.notna().sum() < 2:
-        return None
-    return values.idxmax() if better else values.idxmin()
 
 
 def _band_words(board: ScenarioBoard) -> str:

@@ -1,12 +1,17 @@
 """The cross-scenario summary ``<leaderboard dir>/README.md``: algorithms x scenarios on one page.
 
 Made from the committed per-seed tables alone (``<scenario>-runs.csv``), so it can be checked
-against them: for each headline metric (online reward, then AUC) a table of recipes x scenarios
-whose cells are mean ± half-width of the 95% Student-t interval over seeds, the number of seeds
-and the rank within the scenario (by that metric's mean, highest first); then each recipe minus
-the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); links to each
-scenario's page and per-seed table; and the tuning tables under ``tuning/`` (``sao_env.sweep``),
-each with its sweep size, cut and winning trial; and the stability pages (``stability*.md``).
+against them. It opens with a one-paragraph reading of the result (``reading``), then, over the
+boards at their scenario file's full budget (the flagship ``style-drift`` first): for each headline
+metric (online reward, the same without collapsed runs when recorded, then AUC) a table of
+recipes x scenarios whose cells are mean ± half-width of the 95% Student-t interval over seeds,
+the number of seeds and the rank the seeds support within the scenario (``stats.rank_ranges``:
+``#1–3`` is a tie), with a row of each board's minimum detectable paired difference; each recipe
+minus the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); the collapses.
+Boards at another budget (cuts, and rows of another budget inside a board) are listed apart,
+ranked only among themselves. Then links to each scenario's page and per-seed table, the tuning
+tables under ``tuning/`` (``sao_env.sweep``) with their sweep size, cut and winning trial, and the
+stability pages (``stability*.md``).
 
 It is written by ``sao-env leaderboard --summary DIR`` and again whenever a scenario's tables
 are written into a folder (``sao_env.leaderboard.write_board``).
@@ -21,28 +26,64 @@ import pandas as pd
 
 from sao_env.errors import UserError
 from sao_env.leaderboard import tables
-from sao_env.leaderboard.tables import REFERENCE, ScenarioBoard, column_format, finite_float
+from sao_env.leaderboard.stats import ALPHA, format_rank, rank_ranges, smallest_p
+from sao_env.leaderboard.tables import NO_COLLAPSE, REFERENCE, SORT_KEY, ScenarioBoard, column_format, finite_float
 
 METRICS = ("online_reward", "auc")
 """The metrics summarised across scenarios, in this order (docs/metrics.md)."""
+FLAGSHIP = "style-drift"
+"""The scenario shown first (the paper's online experiment); the others follow by name."""
+
+
+def order_boards(boards: list[ScenarioBoard]) -> list[ScenarioBoard]:
+    """``FLAGSHIP`` first, then the others by scenario name."""
+    return sorted(boards, key=lambda b: (b.env != FLAGSHIP, b.env))
 
 
 def per_seed_boards(folder: Path) -> list[ScenarioBoard]:
-    """The board of every ``<scenario>-runs.csv`` in ``folder``, by scenario name."""
-    return [tables.board_from_csv(p) for p in sorted(Path(folder).glob("*-runs.csv"))]
+    """The board of every ``<scenario>-runs.csv`` in ``folder``, the flagship first (``order_boards``)."""
+    return order_boards([tables.board_from_csv(p) for p in sorted(Path(folder).glob("*-runs.csv"))])
+
+
+def split_budgets(boards: list[ScenarioBoard]) -> tuple[list[ScenarioBoard], list[ScenarioBoard]]:
+    """(boards ranked across scenarios, boards listed apart): a board whose budget is not its
+    scenario file's (a cut, ``full_budget`` False) and the rows of another budget inside a board
+    (``board.apart``) are never ranked beside full-budget rows."""
+    ranked = [b for b in boards if b.full_budget is not False]
+    apart = [b for b in boards if b.full_budget is False] + [a for b in boards for a in b.apart]
+    return ranked, apart
+
+
+def metric_ranks(board: ScenarioBoard, metric: str) -> dict[str, tuple[int, int]]:
+    """``{label: (best, worst rank)}`` on ``metric`` as the seeds support it (``stats.rank_ranges``)."""
+    labels = [str(x) for x in board.frame["label"]]
+    return rank_ranges(labels, board.comparisons(metric))
+
+
+def summary_metrics(boards: list[ScenarioBoard]) -> tuple[str, ...]:
+    """``METRICS``, with the online reward over the runs that did not collapse after it when any
+    board recorded collapses."""
+    if any(NO_COLLAPSE in b.frame.columns for b in boards):
+        return (METRICS[0], NO_COLLAPSE, *METRICS[1:])
+    return METRICS
 
 
 def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
-    """Markdown lines: recipes x scenarios, ``mean ± CI (n=k) #rank`` per cell, ``—`` where a recipe did not run."""
+    """Markdown lines: recipes x scenarios, ``mean ± CI (n=k) #rank of m`` per cell (the rank the
+    seeds support, ``#1–3`` a tie), ``—`` where a recipe did not run; a last row states each
+    board's minimum detectable paired difference."""
     title = column_format(metric).title
     labels: list[str] = []
     for b in boards:
         labels += [str(x) for x in b.frame["label"] if str(x) not in labels]
     header = ["recipe", "algorithm"] + [f"[{b.env}]({b.env}.md)" for b in boards]
     lines = [f"## {title}", "",
-             f"Mean ± half-width of the 95% t-interval over seeds, n seeds, and `#rank` within the scenario by the mean "
-             f"{title} (highest first). `—`: not run on that scenario.", "",
+             f"Mean ± half-width of the 95% t-interval over seeds, n seeds, and `#rank` within the scenario by {title}: "
+             "a single number where paired sign-flip tests (Holm-corrected over the scenario's pairs) support the "
+             "order, `#1–3` for a tie over ranks 1 to 3. `—`: not run on that scenario. The last row is the minimum "
+             "detectable paired difference at the scenario's n (80% power, two-sided α 0.05; docs/leaderboard.md).", "",
              "| " + " | ".join(header) + " |", "|---|---|" + "|".join("---:" for _ in boards) + "|"]
+    ranks = {b.env: metric_ranks(b, metric) for b in boards}
     for label in labels:
         algorithm = next((str(b.frame.loc[b.frame["label"].astype(str) == label, "algorithm"].iloc[0])
                           for b in boards if (b.frame["label"].astype(str) == label).any()), tables.UNKNOWN)
@@ -52,12 +93,21 @@ def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
             if metric not in b.frame.columns or not mine.any():
                 cells.append("—")
                 continue
-            ranks = pd.to_numeric(b.frame[metric], errors="coerce").rank(ascending=False, method="min")
-            row, rank = b.frame[mine].iloc[0], finite_float(ranks[mine].iloc[0])
+            row = b.frame[mine].iloc[0]
             text = tables.format_cell(row[metric], row[f"{metric}_ci95"], 0, row["seeds"], metric)
-            cells.append(f"{text} (n={int(row['seeds'])})" + (f" #{int(rank)} of {len(b.frame)}" if rank else ""))
+            known = finite_float(row[metric]) is not None
+            rank = f" #{format_rank(*ranks[b.env][label])} of {len(b.frame)}" if known else ""
+            if b.supported_best(metric) == label:
+                text = f"**{text}**"
+            cells.append(f"{text} (n={int(row['seeds'])})" + rank)
         lines.append("| " + " | ".join(cells) + " |")
+    lines.append("| *minimum detectable difference* | | " + " | ".join(_power_cell(b, metric) for b in boards) + " |")
     return lines + [""]
+
+
+def _power_cell(board: ScenarioBoard, metric: str) -> str:
+    power = tables.board_power(board, metric)
+    return "n/a" if power is None else f"{power['mde']:.3f} (n={power['n']})"
 
 
 def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS) -> list[str]:
@@ -70,8 +120,10 @@ def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS
     envs = [b.env for b in boards if b.env in frames]
     lines = [f"## Paired differences to {REFERENCE}", "",
              f"Each recipe minus {REFERENCE}, paired by seed: mean ± half-width of the 95% t-interval over the seeds' "
-             "differences, n paired seeds (no interval with n=1). An interval that excludes 0 is a difference the seeds "
-             "support.", "",
+             "differences, n paired seeds (no interval with n=1). An interval that excludes 0 is a difference under "
+             "the t-interval's assumption of normal differences; the ranks use the paired sign-flip test with Holm's "
+             "correction, which assumes nothing about their distribution but cannot reach p < 0.05 with fewer than 6 "
+             "seeds.", "",
              "| recipe − " + REFERENCE + " | metric | " + " | ".join(f"[{env}]({env}.md)" for env in envs) + " |",
              "|---|---|" + "|".join("---:" for _ in envs) + "|"]
     labels = list(dict.fromkeys(label for f in frames.values() for label in f["label"]))
@@ -87,6 +139,109 @@ def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS
                     cells.append(tables.format_difference(r["mean"], r["ci95"], int(r["n"]), metric))
             lines.append(f"| {tables._md_escape(label)} − {REFERENCE} | {column_format(metric).title} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def collapse_table(boards: list[ScenarioBoard]) -> list[str]:
+    """Markdown lines: collapsed runs per recipe and scenario (``k of n``), or one line saying that
+    the tables did not record them."""
+    lines = ["## Collapses", ""]
+    if not any("collapses" in b.frame.columns for b in boards):
+        return lines + ["Not recorded in these per-seed tables (they predate the collapse statistic; rows made from "
+                        "run directories with `episodes.jsonl` carry it: docs/metrics.md, Collapse).", ""]
+    labels = list(dict.fromkeys(str(x) for b in boards for x in b.frame["label"]))
+    lines += ["Runs whose rolling training reward (64 episodes) stayed under half its phase peak until the phase "
+              "ended (docs/metrics.md, Collapse), of the runs with a verdict; `?`: not recorded.", "",
+              "| recipe | " + " | ".join(f"[{b.env}]({b.env}.md)" for b in boards) + " |",
+              "|---|" + "|".join("---:" for _ in boards) + "|"]
+    for label in labels:
+        cells = []
+        for b in boards:
+            mine = b.frame[b.frame["label"].astype(str) == label]
+            cells.append("—" if mine.empty else tables._collapse_cell(mine.iloc[0]))
+        lines.append(f"| {tables._md_escape(label)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def apart_lines(apart: list[ScenarioBoard]) -> list[str]:
+    """Markdown lines: boards and rows at another budget, each ranked within itself only."""
+    if not apart:
+        return []
+    lines = ["## Boards at another budget (not ranked with the tables above)", "",
+             "A cut of a scenario, or rows of a board whose budget differs from the rest, are ranked only among "
+             "themselves (docs/leaderboard.md).", ""]
+    for b in apart:
+        ranks = metric_ranks(b, SORT_KEY)
+        rows = "; ".join(
+            f"{tables._md_escape(str(r['label']))} "
+            f"{tables.format_cell(r[SORT_KEY], r[f'{SORT_KEY}_ci95'], 0, r['seeds'], SORT_KEY)} (n={int(r['seeds'])}) "
+            f"#{format_rank(*ranks[str(r['label'])])} of {len(b.frame)}"
+            for _, r in b.frame.iterrows())
+        spec = tables.spec_budget(b.env)
+        full = f"; envs/{b.env}.yaml: {tables.budget_words(dict(zip(tables.FACT_COLUMNS, spec)))}" if spec else ""
+        lines.append(f"- [{b.env}]({b.env}.md) at {tables.budget_words(b.facts)}{full}: {column_format(SORT_KEY).title} "
+                     f"{rows}.")
+    return lines + [""]
+
+
+def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
+    """One plain paragraph: what the full-budget boards say across scenarios, in words. Which leads
+    the seeds support, how small a difference they could detect against the gaps between the
+    leaders, who is first by the means alone, the collapses, and what is listed apart."""
+    if not boards:
+        return "No scenario has a board at its full budget yet." + (f" {apart} board(s) at another budget are listed "
+                                                                    "apart." if apart else "")
+    seeds = sorted({int(x) for b in boards for x in b.frame["seeds"]})
+    seed_words = f"{seeds[0]} seed{'s' if seeds[0] != 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
+    title = column_format(SORT_KEY).title
+    supported = [(b.env, b.supported_best(SORT_KEY)) for b in boards if len(b.frame) > 1]
+    supported = [(env, who) for env, who in supported if who]
+    k = len(boards)
+    text = f"On the {k} scenario{'s' if k != 1 else ''} at full budget ({seed_words} per recipe), "
+    if supported:
+        text += (f"the seeds support a leader in {title} on {len(supported)}: "
+                 + ", ".join(f"{who} on {env}" for env, who in supported)
+                 + "; everywhere else the order is a tie under paired sign-flip tests with Holm's correction.")
+    else:
+        text += (f"no recipe's lead in {title} is supported by the seeds: every order is a tie under paired "
+                 "sign-flip tests with Holm's correction.")
+        made = [[c for c in b.comparisons(SORT_KEY) if c.made] for b in boards]
+        if all(m and smallest_p(max(c.n for c in m)) * len(m) > ALPHA for m in made):
+            n = max(c.n for m in made for c in m)
+            text += (f" At {n} seeds none could be: the test's smallest p is {smallest_p(n):.3g}"
+                     f" before the correction.")
+    powers = [p for p in (tables.board_power(b) for b in boards) if p is not None]
+    gaps = [float(b.frame[SORT_KEY].iloc[0]) - float(b.frame[SORT_KEY].iloc[1]) for b in boards
+            if len(b.frame) > 1 and SORT_KEY in b.frame and b.frame[SORT_KEY].iloc[:2].notna().all()]
+    if powers:
+        lo, hi = min(p["mde"] for p in powers), max(p["mde"] for p in powers)
+        text += f" The smallest paired difference these boards can detect at 80% power is {_span(lo, hi)}"
+        if gaps:
+            text += f", against leads of the first recipe over the second of {_span(min(gaps), max(gaps))}"
+        text += "."
+    firsts: dict[str, list[str]] = {}
+    for b in boards:
+        if len(b.frame) > 1:
+            firsts.setdefault(str(b.frame["label"].iloc[0]), []).append(b.env)
+    if firsts:
+        text += (" By the means alone, " + "; ".join(f"{label} is first on {', '.join(envs)}"
+                                                    for label, envs in firsts.items())
+                 + (" (orders the seeds do not support)." if not supported else "."))
+    recorded = [b for b in boards if "collapses" in b.frame.columns]
+    if recorded:
+        total = sum(int(finite_float(x) or 0) for b in recorded for x in b.frame["collapses"])
+        runs = sum(int(finite_float(x) or 0) for b in recorded for x in b.frame["collapse_checked"])
+        who = [f"{r['label']} on {b.env} ({int(r['collapses'])})" for b in recorded for _, r in b.frame.iterrows()
+               if finite_float(r["collapses"])]
+        text += f" {total} of {runs} runs collapsed" + (f": {', '.join(who)}." if who else ".")
+    else:
+        text += " Collapses are not recorded in these tables."
+    if apart:
+        text += f" {apart} board{'s' if apart != 1 else ''} at another budget {'are' if apart != 1 else 'is'} listed apart."
+    return text
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}–{hi:.3f}"
 
 
 def scenario_lines(boards: list[ScenarioBoard]) -> list[str]:
@@ -131,14 +286,18 @@ def summary_markdown(folder: Path) -> str:
     boards = per_seed_boards(folder)
     if not boards:
         raise UserError(f"{folder}: no per-seed table (<scenario>-runs.csv) to summarise")
-    lines = ["# Leaderboards: every scenario", "",
+    ranked, apart = split_budgets(boards)
+    lines = ["# Leaderboards: every scenario", "", reading(ranked, len(apart)), "",
              f"Generated on {date.today().isoformat()} by `sao-env leaderboard --summary` from the per-seed tables "
              f"({', '.join(f'`{b.env}-runs.csv`' for b in boards)}); any row can be re-run from its scenario, recipe, "
              "overrides and seed and compared. The rule (same scenario, simulated time and rollout slots for every "
              "recipe) is docs/leaderboard.md; the site `index.html` shows the same tables.", ""]
-    for metric in METRICS:
-        lines += metric_table(boards, metric)
-    lines += paired_table(boards)
+    if ranked:
+        for metric in summary_metrics(ranked):
+            lines += metric_table(ranked, metric)
+        lines += paired_table(ranked)
+        lines += collapse_table(ranked)
+    lines += apart_lines(apart)
     lines += scenario_lines(boards)
     lines += tuning_lines(folder)
     stability = sorted(p.name for p in Path(folder).glob("stability*.md"))

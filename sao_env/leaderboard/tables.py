@@ -34,6 +34,9 @@ import yaml
 
 from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95, paired_difference
+from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, Comparison, format_rank,
+                                       min_detectable_difference, pairwise, pooled_sd, rank_ranges, seeds_for_difference,
+                                       smallest_p, supported_leader)
 from sao_env.provenance import code_key, config_hash, short
 
 SORT_KEY = "online_reward"
@@ -51,6 +54,8 @@ UNKNOWN = "?"
 """What a table shows for a fact its input did not record (tolerant reading of older CSVs)."""
 REFERENCE = "grpo"
 """The recipe every other row is compared with, seed by seed, when both are on the board."""
+NO_COLLAPSE = "online_reward_without_collapsed"
+"""The sort key's mean over the seeds that did not collapse (``sao_env.evaluation.collapse``)."""
 
 
 # ----------------------------------------------------------------------------- metric columns
@@ -95,7 +100,8 @@ def column_format(column: str) -> ColumnFormat:
              "episodes_per_hour": ("episodes / h", 0, None), "updates_per_hour": ("updates / h", 0, None),
              "episodes_per_update": ("episodes / update", 2, None),
              "staleness_mean": ("staleness, mean", 2, None), "staleness_p95": ("staleness, p95", 1, None),
-             "masked_fraction": ("DIS-masked fraction", 3, None)}
+             "masked_fraction": ("DIS-masked fraction", 3, None),
+             NO_COLLAPSE: ("online reward, collapsed runs left out", 3, True)}
     title, decimals, better = fixed.get(column, (column, 3, None))
     return ColumnFormat(title, decimals, better)
 
@@ -153,10 +159,14 @@ def run_record(summary: dict) -> tuple[dict, list[tuple[float, float]]]:
     summary that carries ``run_dir``; a summary without one (a test's dict) has no curve and
     takes its facts from the summary itself.
 
+    A run directory with ``episodes.jsonl`` adds ``collapsed`` (1 or 0) and ``collapsed_phases``
+    (``sao_env.evaluation.collapse``, docs/metrics.md "Collapse").
+
     Identity comes from the run's provenance (``summary.json``/``config.yaml``: the overrides as
     given, the code version); runs written before provenance was recorded show ``?`` for both.
     """
     from sao_env.evaluation.adaptation import current_accuracy
+    from sao_env.evaluation.collapse import collapse_record
     from sao_env.scenario import Scenario, ScenarioSpec
 
     run_dir = summary.get("run_dir")
@@ -182,6 +192,7 @@ def run_record(summary: dict) -> tuple[dict, list[tuple[float, float]]]:
             evals = [json.loads(line) for line in evals_path.read_text().splitlines() if line]
             scenario = Scenario(ScenarioSpec(**config["env"]))
             curve = [(t / 3600, acc) for t, acc in current_accuracy(evals, scenario)]
+        record |= collapse_record(Path(run_dir))
     else:
         record["config_hash"] = summary.get("config_hash", "")
     changed = summary["agent"] != recipe  # the run's label carries a hash: overrides changed the configuration
@@ -211,8 +222,15 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
 
 def leaderboard_frame(summaries: list[dict]) -> pd.DataFrame:
     """One row per recipe (``label``, default the agent name): seeds, mean, 95% CI and, for times
-    that can fail to happen, the count of seeds that never got there; ranked by ``SORT_KEY``."""
+    that can fail to happen, the count of seeds that never got there; ranked by ``SORT_KEY``.
+
+    ``rank`` is the order of the means; ``rank_low``/``rank_high`` the range of ranks the seeds
+    support (``rank_ranges``: equal when a paired test supports the row's place, else a tie).
+    When the runs recorded a collapse verdict, ``collapses`` counts the collapsed seeds,
+    ``collapse_checked`` the seeds with a verdict, and ``online_reward_without_collapsed`` (with
+    its ``_ci95``) is the sort key over the seeds that did not collapse."""
     columns = metric_columns(summaries)
+    with_collapse = any(finite_float(s.get("collapsed")) is not None for s in summaries)
     rows = []
     for label in sorted({s.get("label") or s["agent"] for s in summaries}):
         runs = [s for s in summaries if (s.get("label") or s["agent"]) == label]
@@ -224,6 +242,10 @@ def leaderboard_frame(summaries: list[dict]) -> pd.DataFrame:
                "seed_list": ", ".join(str(int(x)) for x in sorted(seeds)) if known else UNKNOWN,
                "config_hash": ", ".join(sorted({str(s.get("config_hash") or "") for s in runs} - {""})),
                "code_version": ", ".join(sorted({str(s.get("code_version") or "") for s in runs} - {""}))}
+        if with_collapse:
+            verdicts = [finite_float(s.get("collapsed")) for s in runs]
+            row["collapses"] = sum(1 for v in verdicts if v)
+            row["collapse_checked"] = sum(1 for v in verdicts if v is not None)
         for c in columns:
             values = [s.get(c, math.nan) for s in runs]
             values = [math.nan if v is None else float(v) for v in values]
@@ -231,13 +253,33 @@ def leaderboard_frame(summaries: list[dict]) -> pd.DataFrame:
             row[c], row[f"{c}_ci95"] = mean, half
             if c.startswith(("recovery_h", "time_to_threshold_h")):
                 row[f"{c}_missed"] = sum(1 for v in values if math.isnan(v))
+            if c == SORT_KEY and with_collapse:
+                kept = [float(s.get(c, math.nan)) for s in runs if finite_float(s.get("collapsed")) == 0.0]
+                row[NO_COLLAPSE], row[f"{NO_COLLAPSE}_ci95"] = mean_ci95(kept)
         rows.append(row)
     frame = pd.DataFrame(rows)
     if SORT_KEY in frame:
         frame = frame.sort_values(SORT_KEY, ascending=False, kind="stable", na_position="last")
     frame = frame.reset_index(drop=True)
     frame.insert(0, "rank", range(1, len(frame) + 1))
+    labels = [str(x) for x in frame["label"]]
+    ranges = rank_ranges(labels, pairwise(per_seed_values(summaries, labels, SORT_KEY))) if SORT_KEY in frame \
+        else {x: (1, len(labels)) for x in labels}
+    frame.insert(1, "rank_low", [ranges[x][0] for x in labels])
+    frame.insert(2, "rank_high", [ranges[x][1] for x in labels])
     return frame
+
+
+def per_seed_values(records, labels: list[str], metric: str) -> dict[str, dict]:
+    """``{label: {seed: value}}`` of one metric from per-seed records (dicts or a DataFrame), in
+    ``labels``' order; missing or NaN values are None."""
+    rows = records.to_dict("records") if isinstance(records, pd.DataFrame) else records
+    out: dict[str, dict] = {x: {} for x in labels}
+    for r in rows:
+        label = str(r.get("label") or r["agent"])
+        if label in out:
+            out[label][_seed_key(r.get("seed"))] = finite_float(r.get(metric))
+    return out
 
 
 def distinct_labels(records: list[dict]) -> None:
@@ -271,20 +313,102 @@ class ScenarioBoard:
     notes: list[str] = field(default_factory=list)
     reference: str = REFERENCE
     """Label of the row the paired differences are taken against (``paired_frame``)."""
+    apart: list["ScenarioBoard"] = field(default_factory=list)
+    """Boards of the same scenario's rows at other budgets: each its own table, ranked apart."""
+    full_budget: bool | None = None
+    """Whether the budget is the scenario file's (envs/<env>.yaml): False for a cut, None when
+    there is no such file to check against or the rows did not record their budget."""
+    records_all: pd.DataFrame | None = None
+    """Per-seed rows of this board and of ``apart`` together (what ``<env>-runs.csv`` holds)."""
+    curves_all: pd.DataFrame | None = None
+    """Curves of this board and of ``apart`` together (what ``<env>-curves.csv`` holds)."""
+    _tests: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def metrics(self) -> list[str]:
         return [c for c in self.frame.columns if f"{c}_ci95" in self.frame.columns]
 
+    def comparisons(self, metric: str = SORT_KEY) -> list[Comparison]:
+        """Every pair of rows compared paired by seed on ``metric`` (``stats.pairwise``, Holm over
+        the pairs made), rows in rank order; empty without per-seed rows or a direction."""
+        if metric not in self._tests:
+            better = column_format(metric).higher_is_better
+            if self.records is None or self.records.empty or better is None or metric not in self.records.columns:
+                self._tests[metric] = []
+            else:
+                labels = [str(x) for x in self.frame["label"]]
+                self._tests[metric] = pairwise(per_seed_values(self.records, labels, metric), higher_is_better=better)
+        return self._tests[metric]
+
+    def supported_best(self, metric: str) -> str | None:
+        """The row whose lead in ``metric`` every paired test supports (``stats.supported_leader``)."""
+        return supported_leader([str(x) for x in self.frame["label"]], self.comparisons(metric))
+
+
+def budget_key(facts: dict) -> tuple[str, ...]:
+    """The budget of a row or a scenario as comparable text: one entry per ``FACT_COLUMNS``
+    (numbers as ``%g``, so that ``16`` and ``16.0`` read from a CSV are the same budget)."""
+    def text(value: Any) -> str:
+        value = _from_csv(value)
+        if value is None:
+            return UNKNOWN
+        x = finite_float(value) if not isinstance(value, str) else None
+        return f"{x:g}" if x is not None else str(value)
+
+    return tuple(text(facts.get(c)) for c in FACT_COLUMNS)
+
+
+def spec_budget(env: str) -> tuple[str, ...] | None:
+    """``budget_key`` of the scenario file ``envs/<env>.yaml`` as it is now; None without one."""
+    from sao_env.specs import find_spec, load_yaml
+
+    try:
+        return budget_key(scenario_facts(load_yaml(find_spec("envs", env))))
+    except UserError:
+        return None
+
+
+def budget_words(facts: dict) -> str:
+    """``0.65 simulated hours, 16 rollout slots, evaluation every 0.02 h``."""
+    return (f"{_num(facts.get('duration_h'))} simulated hours, {_num(facts.get('rollout_slots'))} rollout slots, "
+            f"evaluation every {_num(facts.get('eval_interval_h'))} h")
+
 
 def board_from_records(env: str, records: list[dict], curves: list[tuple[str, Any, float, float]],
                        *, source: str) -> ScenarioBoard:
-    """A scenario's board from per-seed records and curve points ``(label, seed, hours, accuracy)``."""
+    """A scenario's board from per-seed records and curve points ``(label, seed, hours, accuracy)``.
+
+    A board ranks one budget (docs/leaderboard.md): rows are grouped by ``budget_key``; the board
+    is the group at the scenario file's budget when there is one, else the largest group (the
+    first of equal ones), and every other group is a board of its own in ``apart`` (ordered by
+    budget), ranked apart and named in a note."""
     distinct_labels(records)
-    facts, notes = _common_facts(env, records)
-    frame = leaderboard_frame(records)
-    curve_frame = pd.DataFrame(curves, columns=["label", "seed", "sim_time_h", "accuracy"]) if curves else None
-    return ScenarioBoard(env, facts, frame, records_frame(records), curve_frame, source, notes)
+    known = [r for r in records if any(c in r for c in FACT_COLUMNS)]
+    groups: dict[tuple[str, ...], list[dict]] = {}
+    for r in records:
+        groups.setdefault(budget_key(r) if known else (), []).append(r)
+    spec = spec_budget(env) if known else None
+    main_key = spec if spec in groups else max(groups, key=lambda k: len(groups[k]))
+    boards = {}
+    for key, rows in groups.items():
+        labels = {r["label"] for r in rows}
+        facts, notes = _common_facts(env, rows)
+        mine = [c for c in curves if c[0] in labels]
+        curve_frame = pd.DataFrame(mine, columns=["label", "seed", "sim_time_h", "accuracy"]) if mine else None
+        boards[key] = ScenarioBoard(env, facts, leaderboard_frame(rows), records_frame(rows), curve_frame, source, notes,
+                                    full_budget=None if spec is None or not known else key == spec)
+    main = boards[main_key]
+    main.apart = [boards[k] for k in sorted(groups) if k != main_key]
+    main.records_all = records_frame(records)
+    main.curves_all = pd.DataFrame(curves, columns=["label", "seed", "sim_time_h", "accuracy"]) if curves else None
+    if main.apart:
+        main.notes.append("Rows at another budget are not ranked with these: "
+                          + "; ".join(f"{', '.join(map(str, b.frame['label']))} ({budget_words(b.facts)})"
+                                      for b in main.apart) + ", each in its own table below.")
+    if main.full_budget is False:
+        main.notes.append(f"Not the budget of envs/{env}.yaml ({budget_words(dict(zip(FACT_COLUMNS, spec)))}): "
+                          "a cut of the scenario; the cross-scenario summary lists it apart from full-budget boards.")
+    return main
 
 
 def board_from_run_dirs(run_dirs: list[Path], env: str | None = None) -> ScenarioBoard:
@@ -342,7 +466,10 @@ def board_from_csv(path: Path) -> ScenarioBoard:
 
 
 def _board_from_aggregated(table: pd.DataFrame, env: str, path: Path) -> ScenarioBoard:
-    frame = table.copy()
+    if "budget" in table.columns and table["budget"].nunique(dropna=False) > 1:
+        raise UserError(f"{path}: rows of {table['budget'].nunique(dropna=False)} budgets, which one board does not rank "
+                        f"together; rebuild from {env}-runs.csv, which records each row's budget")
+    frame = table.drop(columns=["budget"], errors="ignore")
     for column, default in (("label", None), ("overrides", UNKNOWN), ("seed_list", UNKNOWN),
                             ("config_hash", ""), ("code_version", "")):
         if column not in frame.columns:
@@ -357,8 +484,10 @@ def _board_from_aggregated(table: pd.DataFrame, env: str, path: Path) -> Scenari
         frame = frame.sort_values(SORT_KEY, ascending=False, kind="stable", na_position="last")
     frame = frame.drop(columns=["rank"], errors="ignore").reset_index(drop=True)
     frame.insert(0, "rank", range(1, len(frame) + 1))
-    ordered = ["rank", "label", "agent", "recipe", "algorithm", "overrides", "seeds", "seed_list", "config_hash",
-               "code_version"]
+    if not {"rank_low", "rank_high"} <= set(frame.columns):  # no per-seed rows to test: every rank a tie
+        frame["rank_low"], frame["rank_high"] = 1, len(frame)
+    ordered = ["rank", "rank_low", "rank_high", "label", "agent", "recipe", "algorithm", "overrides", "seeds",
+               "seed_list", "config_hash", "code_version", "collapses", "collapse_checked"]
     known_order = metric_columns([dict.fromkeys(metrics, 0.0)])
     metric_part = [x for c in known_order + [m for m in metrics if m not in known_order]
                    for x in (c, f"{c}_ci95", f"{c}_missed") if x in frame.columns]
@@ -381,7 +510,8 @@ def _spec_facts(env: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def _common_facts(env: str, records: list[dict]) -> tuple[dict[str, Any], list[str]]:
-    """The budget shared by the rows (the most common one), and a note naming rows that differ."""
+    """The budget facts of rows that share one budget (``budget_key``), and no notes; the scenario
+    file's when the rows did not record theirs."""
     if not any(all(c in r for c in FACT_COLUMNS) for r in records):
         return _spec_facts(env)
     keyed = [tuple(_from_csv(r.get(c)) for c in FACT_COLUMNS) for r in records]
@@ -393,9 +523,7 @@ def _common_facts(env: str, records: list[dict]) -> tuple[dict[str, Any], list[s
         facts["description"] = " ".join(str(load_yaml(find_spec("envs", env)).get("description", "")).split())
     except UserError:
         facts["description"] = ""
-    odd = sorted({r["label"] for r, key in zip(records, keyed) if key != common})
-    notes = [f"Not the same budget as the other rows: {', '.join(odd)}."] if odd else []
-    return facts, notes
+    return facts, []
 
 
 # ----------------------------------------------------------------------------- writing
@@ -417,40 +545,138 @@ def header_facts(board: ScenarioBoard, generator: str) -> list[tuple[str, str]]:
     phases = str(f.get("phases", UNKNOWN)).replace(";", " → ")
     versions = sorted({v for cell in board.frame["code_version"].astype(str) for v in cell.split(", ") if v})
     return [
-        ("budget", f"{_num(f.get('duration_h'))} simulated hours, {_num(f.get('rollout_slots'))} rollout slots, "
-                   f"evaluation every {_num(f.get('eval_interval_h'))} h"),
+        ("budget", budget_words(f)),
         ("phases", f"{phases} ({drifts})"),
         ("recovery threshold", f"{_num(f.get('recovery_threshold'))} held-out accuracy of the current phase"),
         ("seeds", seeds),
         ("sort key", f"{column_format(SORT_KEY).title} (`{SORT_KEY}`), highest first"),
         ("interval", "mean ± half-width of the 95% Student-t interval over seeds (no interval with one seed)"),
+        ("power", power_fact(board)),
+        ("ranks", ranks_fact(board)),
+        ("collapses", collapse_fact(board)),
         ("rule", "docs/leaderboard.md: same scenario, simulated time and rollout slots for every row; wall time is not ranked"),
         ("code version", ", ".join(versions) or UNKNOWN),
         ("generated by", generator),
     ]
 
 
+def board_power(board: ScenarioBoard, metric: str = SORT_KEY) -> dict[str, Any] | None:
+    """The board's power on ``metric``: the pooled sd of the paired differences over the pairs of
+    rows compared (``stats.pooled_sd``), the board's n (the most common paired n, the smaller of
+    equally common ones), the minimum detectable difference at that n and the seeds that 0.05 and
+    0.03 would need; None when no pair was compared."""
+    made = [c for c in board.comparisons(metric) if c.made]
+    if not made:
+        return None
+    sd, _ = pooled_sd([(c.sd, c.n) for c in made])
+    counts = [c.n for c in made]
+    n = min(set(counts), key=lambda k: (-counts.count(k), k))
+    return {"sd": sd, "n": n, "pairs": len(made), "mde": min_detectable_difference(sd, n),
+            "seeds_0.05": seeds_for_difference(sd, 0.05), "seeds_0.03": seeds_for_difference(sd, 0.03)}
+
+
+def power_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
+    """The minimum detectable paired difference, as stated on a board (``board_power``)."""
+    title = column_format(metric).title
+    power = board_power(board, metric)
+    if power is None:
+        why = "the input table has no per-seed rows" if board.records is None else "no two rows share two seeds"
+        return f"not stated: {why} to take the paired spread from"
+    n, k = power["n"], power["pairs"]
+
+    def need(key: str) -> str:
+        return f"{power[key]} seeds" if power[key] is not None else "more than 10,000 seeds"
+
+    return (f"{power['mde']:.3f} in {title} at n={n} seeds: the paired difference that a two-sided test at "
+            f"α {ALPHA:g} detects with {POWER:.0%} power, (t(0.975, {n - 1}) + t(0.8, {n - 1})) × sd / √{n}, with sd "
+            f"{power['sd']:.3f} pooled over the paired differences of {k} pair{'s' if k != 1 else ''} of rows; "
+            f"a difference of 0.05 needs {need('seeds_0.05')}, 0.03 needs {need('seeds_0.03')}"
+            + (f" (a t-test's figure: the sign-flip test behind the ranks cannot reject at all below 6 seeds)"
+               if smallest_p(n) > ALPHA else ""))
+
+
+def ranks_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
+    """How the ranks are decided, as stated on a board, and what its seeds allow."""
+    made = [c for c in board.comparisons(metric) if c.made]
+    if len(board.frame) < 2:
+        return "one row"
+    if not made:
+        why = "the input table has no per-seed rows" if board.records is None else "no two rows share two seeds"
+        return f"every rank a tie: {why} to test an order on"
+    m, n_max = len(made), max(c.n for c in made)
+    text = (f"tied unless a paired test supports the order: exact sign-flip permutation test of each pair of rows' "
+            f"per-seed differences in {column_format(metric).title} (Monte Carlo, {MC_DRAWS:,} draws from seed "
+            f"{MC_SEED}, above {EXACT_MAX_N} seeds), Holm-corrected over the {m} comparison{'s' if m != 1 else ''} "
+            f"made, α {ALPHA:g}; `1–3` is a tie over ranks 1 to 3")
+    if smallest_p(n_max) * m > ALPHA:
+        text += (f". With {n_max} seeds the smallest p the test can give is {smallest_p(n_max):.3g}, too large for "
+                 f"{m} comparison{'s' if m != 1 else ''}: no order can be supported at this n")
+    return text
+
+
+def collapse_fact(board: ScenarioBoard) -> str:
+    """The collapse counts per row, or why there are none."""
+    if "collapses" not in board.frame.columns:
+        return ("not recorded by this table (its rows predate the collapse statistic; rows made from run directories "
+                "with episodes.jsonl carry it)")
+    counts = "; ".join(f"{row['label']}: {_collapse_cell(row)}" for _, row in board.frame.iterrows())
+    return (f"{counts}. A run collapses when its rolling training reward (64 episodes) stays under half its phase "
+            f"peak until the phase ends (docs/metrics.md, Collapse); `{column_format(NO_COLLAPSE).title}` is the mean "
+            "over the runs that did not")
+
+
+def display_columns(board: ScenarioBoard) -> list[str]:
+    """The headline columns of the tables people read: online reward, the same without collapsed
+    runs (when recorded), AUC and the recovery times."""
+    columns = headline_columns(board.metrics)
+    if NO_COLLAPSE in board.metrics and SORT_KEY in columns:
+        columns.insert(columns.index(SORT_KEY) + 1, NO_COLLAPSE)
+    return columns
+
+
+def rank_cell(row) -> str:
+    """The rank a row's seeds support: ``2``, or ``1–3`` for a tie (``stats.format_rank``)."""
+    low, high = finite_float(row.get("rank_low")), finite_float(row.get("rank_high"))
+    if low is None or high is None:
+        return str(int(row["rank"]))
+    return format_rank(int(low), int(high))
+
+
+def _collapse_cell(row) -> str:
+    checked = finite_float(row.get("collapse_checked"))
+    if not checked:
+        return "?"
+    return f"{int(finite_float(row.get('collapses')) or 0)} of {int(checked)}"
+
+
 def write_tables(board: ScenarioBoard, out_dir: Path, *, generator: str, plot: Path | None = None) -> dict[str, Path]:
     """Write ``<env>.csv``, ``<env>.md`` and, when per-seed rows exist, ``<env>-runs.csv`` and
-    ``<env>-curves.csv``; returns the paths by kind."""
+    ``<env>-curves.csv``; returns the paths by kind. Rows at other budgets (``board.apart``) are in
+    the per-seed tables, and in ``<env>.csv`` after the board's own with a ``budget`` column."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = board.env
     paths = {"csv": out_dir / f"{env}.csv", "md": out_dir / f"{env}.md"}
-    if board.records is not None:
+    records = board.records_all if board.records_all is not None else board.records
+    curves = board.curves_all if board.curves_all is not None else board.curves
+    if records is not None:
         paths["runs"] = out_dir / f"{env}-runs.csv"
-        board.records.to_csv(paths["runs"], index=False, float_format="%.6g")
-    if board.curves is not None:
+        records.to_csv(paths["runs"], index=False, float_format="%.6g")
+    if curves is not None:
         paths["curves"] = out_dir / f"{env}-curves.csv"
-        board.curves.to_csv(paths["curves"], index=False, float_format="%.6g")
-    board.frame.to_csv(paths["csv"], index=False, float_format="%.6g")
+        curves.to_csv(paths["curves"], index=False, float_format="%.6g")
+    frame = board.frame
+    if board.apart:
+        frame = pd.concat([b.frame.assign(budget=budget_words(b.facts)) for b in [board, *board.apart]],
+                          ignore_index=True)
+    frame.to_csv(paths["csv"], index=False, float_format="%.6g")
     paths["md"].write_text(markdown(board, generator=generator, plot=plot))
     return paths
 
 
 def markdown(board: ScenarioBoard, *, generator: str, plot: Path | None = None) -> str:
-    """The scenario's Markdown page: header facts, the plot, the headline table."""
-    columns = headline_columns(board.metrics)
+    """The scenario's Markdown page: header facts, the plot, the headline table, the paired
+    differences to the reference and the paired tests; then each budget of ``board.apart`` alike."""
     description = board.facts.get("description") or ""
     lines = [f"# Leaderboard: {board.env}", ""]
     if description:
@@ -459,19 +685,68 @@ def markdown(board: ScenarioBoard, *, generator: str, plot: Path | None = None) 
     lines += [f"- **note**: {n}" for n in board.notes]
     lines += ["", "Headline columns only; every metric (final accuracy per phase, forgetting, throughput, staleness, "
               f"DIS-masked fraction) is in `{board.env}.csv` and the per-seed values in `{board.env}-runs.csv`. "
-              "Columns are defined in docs/metrics.md; `never`: no seed reached the threshold.", ""]
+              "Columns are defined in docs/metrics.md; `never`: no seed reached the threshold; **bold**: a lead in "
+              "that column that every paired test supports.", ""]
     if plot is not None:
         lines += [f"![adaptation curves: {board.env}]({Path(plot).name})", ""]
-    header = ["rank", "recipe", "seeds"] + [column_format(c).title for c in columns]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join("---:" if i == 0 or i > 2 else "---" for i in range(len(header))) + "|")
-    for _, row in board.frame.iterrows():
-        cells = [str(int(row["rank"])), _md_escape(str(row["label"])), _seeds_cell(row)]
-        cells += [format_cell(row[c], row[f"{c}_ci95"], row.get(f"{c}_missed", 0) or 0, row["seeds"], c) for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += paired_markdown(board)
+    lines += board_markdown(board)
+    for other in board.apart:
+        lines += ["", f"## Rows at another budget: {budget_words(other.facts)}", "",
+                  "Not ranked with the rows above (docs/leaderboard.md: a board ranks one budget)."]
+        lines += [""] + [f"- **{name}**: {value}" for name, value in header_facts(other, generator)
+                         if name in ("budget", "phases", "seeds", "power", "ranks", "collapses")]
+        lines += [""] + board_markdown(other)
     lines += ["", f"Generated on {date.today().isoformat()}."]
     return "\n".join(lines) + "\n"
+
+
+def board_markdown(board: ScenarioBoard) -> list[str]:
+    """One budget's Markdown tables: the headline table, the paired differences to the reference
+    and the paired tests."""
+    columns = display_columns(board)
+    collapses = "collapses" in board.frame.columns
+    best = {c: board.supported_best(c) for c in columns}
+    header = ["rank", "recipe", "seeds"] + [column_format(c).title for c in columns] + (["collapsed"] if collapses else [])
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if i == 0 or i > 2 else "---" for i in range(len(header))) + "|"]
+    for _, row in board.frame.iterrows():
+        cells = [rank_cell(row), _md_escape(str(row["label"])), _seeds_cell(row)]
+        for c in columns:
+            text = format_cell(row[c], row[f"{c}_ci95"], row.get(f"{c}_missed", 0) or 0, row["seeds"], c)
+            cells.append(f"**{text}**" if best[c] == str(row["label"]) else text)
+        if collapses:
+            cells.append(_collapse_cell(row))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + paired_markdown(board) + tests_markdown(board)
+
+
+def format_p(p: float) -> str:
+    """``0.25``, ``0.0156``; ``1`` at 1."""
+    return "n/a" if p is None or math.isnan(p) else f"{p:.3g}"
+
+
+def tests_markdown(board: ScenarioBoard, metric: str = SORT_KEY) -> list[str]:
+    """The paired tests behind the ranks: every pair of rows on ``metric`` (no lines without pairs)."""
+    comparisons = board.comparisons(metric)
+    if not comparisons:
+        return []
+    title = column_format(metric).title
+    m = sum(c.made for c in comparisons)
+    lines = ["", f"### Paired tests: {title}", "",
+             f"Every pair of rows, paired by seed: the mean difference (first − second) over the n seeds both have, "
+             f"the sign-flip permutation p, p after Holm's correction over the {m} comparison{'s' if m != 1 else ''} "
+             f"made (pairs with at least {MIN_PAIRED} seeds), and the minimum detectable difference at that n "
+             f"({POWER:.0%} power, α {ALPHA:g}). The ranks above follow from the verdicts.", "",
+             "| pair | n | difference | p | p (Holm) | detectable at n | verdict |", "|---|---:|---:|---:|---:|---:|---|"]
+    for c in comparisons:
+        decimals = column_format(metric).decimals
+        diff = "n/a" if math.isnan(c.mean) else f"{c.mean:+.{decimals}f}"
+        mde = "n/a" if math.isnan(c.mde) else f"{c.mde:.{decimals}f}"
+        verdict = "not made (fewer than 2 shared seeds)" if not c.made else (
+            f"{c.winner} better" if c.winner else "tie")
+        lines.append(f"| {_md_escape(c.a)} − {_md_escape(c.b)} | {c.n} | {diff} | {format_p(c.p)} | "
+                     f"{format_p(c.p_holm)} | {mde} | {_md_escape(verdict)} |")
+    return lines
 
 
 # ----------------------------------------------------------------------------- paired differences
@@ -532,7 +807,9 @@ def paired_markdown(board: ScenarioBoard) -> list[str]:
              f"Each recipe minus {ref}, paired by seed (the difference between the two runs of the same seed), then "
              "the mean ± half-width of the 95% Student-t interval over the seeds' differences; "
              "n: seeds where both have the value (a recovery that never happened leaves its seed out). "
-             "An interval that excludes 0 is a difference the seeds support.", ""]
+             "An interval that excludes 0 is a difference under the t-interval's assumption of normal differences; "
+             "ranks and bold cells use the paired sign-flip test with Holm's correction (below), which assumes nothing "
+             "about their distribution but cannot reach p < 0.05 with fewer than 6 seeds.", ""]
     header = [f"recipe − {ref}"] + [column_format(c).title for c in columns]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---|" + "|".join("---:" for _ in columns) + "|")
