@@ -10,11 +10,16 @@ import torch
 
 from sao_env.algos import (
     AGG_MODES,
+    DIAGNOSTICS,
     POLICY_LOSSES,
     agg_loss,
     dis_policy_loss,
+    gspo_policy_loss,
+    mis_seq_policy_loss,
+    mis_token_policy_loss,
     policy_gradient_loss,
     ppo_clip_loss,
+    tis_policy_loss,
     value_loss,
 )
 
@@ -523,6 +528,10 @@ LOSSES = {
     "ppo_clip": lambda x, y, a, m: ppo_clip_loss(x, y, a, m, eps_low=0.2, eps_high=0.28, dual_clip=3.0),
     "pg": lambda x, y, a, m: policy_gradient_loss(x, a, m),
     "value": lambda x, y, a, m: value_loss(x, a, m, old_values=y, clip=0.2),
+    "tis": lambda x, y, a, m: tis_policy_loss(x, y, a, m, eps_low=0.2, eps_high=0.5),
+    "mis_token": lambda x, y, a, m: mis_token_policy_loss(x, y, a, m, eps_low=0.3, eps_high=0.5),
+    "mis_seq": lambda x, y, a, m: mis_seq_policy_loss(x, y, a, m, eps_low=0.1, eps_high=0.1),
+    "gspo": lambda x, y, a, m: gspo_policy_loss(x, y, a, m, eps_low=0.05, eps_high=0.05),
 }
 
 
@@ -554,12 +563,21 @@ def test_policy_loss_registry_one_signature_and_one_call():
         "dis": dis_policy_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
         "ppo_clip": ppo_clip_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
         "pg": policy_gradient_loss(logp, adv, mask, agg="seq_mean_token_mean"),
+        "tis": tis_policy_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
+        "mis_token": mis_token_policy_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
+        "mis_seq": mis_seq_policy_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
+        "gspo": gspo_policy_loss(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean"),
     }
+    assert set(direct) == set(POLICY_LOSSES)
     for name, fn in POLICY_LOSSES.items():
         loss, metrics = fn(logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, agg="seq_mean_token_mean")
         assert close(loss, direct[name][0]) and all(isinstance(v, float) for v in metrics.values())
-        assert {"ratio_mean", "approx_kl"} <= set(metrics)  # common diagnostics
-    for name in ("dis", "pg"):
+        assert {"ratio_mean", "approx_kl", *DIAGNOSTICS} <= set(metrics)  # common diagnostics
+        # ...with the same values whichever loss computed them (masked_fraction aside: it is the loss's own).
+        shared = {k: metrics[k] for k in DIAGNOSTICS if k != "masked_fraction"}
+        assert shared == pytest.approx({k: v for k, v in POLICY_LOSSES["pg"](
+            logp, ref, adv, mask, eps_low=0.3, eps_high=5.0)[1].items() if k in shared}, rel=1e-12)
+    for name in ("dis", "pg", "tis", "mis_token", "mis_seq", "gspo"):
         with pytest.raises(ValueError, match="dual_clip"):
             POLICY_LOSSES[name](logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, dual_clip=3.0)
     with pytest.raises(ValueError, match="eps_low"):

@@ -7,16 +7,18 @@ Per update (B complete groups of G episodes):
        grpo      PPO clip with clip-higher (DAPO): eps_low=0.2, eps_high=0.28
        grpo_dis  SAO's DIS loss (strict double-sided band) with group advantages
        dr_grpo   PPO clip, mean-only centering, seq_mean_token_sum_norm aggregation
+     or any other ``POLICY_LOSSES`` member by ``loss:`` (tis, mis_token, mis_seq, gspo, pg: the
+     off-policy corrections, docs/metrics.md), each with the recipe's eps_low / eps_high
 The variant is chosen by the recipe's settings (agents/grpo*.yaml), never by name in the code.
 """
 
 from __future__ import annotations
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sao_env.agents.base import Agent, AgentConfig, Batch, resolve_band
-from sao_env.algos import POLICY_LOSSES, broadcast_sequence_advantages, group_advantages
+from sao_env.algos import POLICY_LOSSES, broadcast_sequence_advantages, check_policy_loss, group_advantages
 from sao_env.types import Episode
 
 
@@ -26,11 +28,11 @@ class GRPOConfig(AgentConfig):
     groups_per_update: int = Field(2, ge=1)
     """B: complete groups consumed per update."""
     loss: str = "ppo_clip"
-    """Policy loss from ``sao_env.algos.POLICY_LOSSES``: ppo_clip, dis or pg."""
+    """Policy loss from ``sao_env.algos.POLICY_LOSSES``: ppo_clip, dis, pg, tis, mis_token, mis_seq or gspo."""
     eps_low: float | None = Field(0.2, gt=0, le=1)
-    """Lower clip/band width (None with loss=dis: the scenario's DIS band)."""
+    """Lower clip/band width (None: the scenario's DIS band); tis uses it for diagnostics only."""
     eps_high: float | None = Field(0.28, gt=0)
-    """Upper clip/band width; > eps_low is clip-higher (None with loss=dis: the scenario's)."""
+    """Upper clip/band width; > eps_low is clip-higher; tis truncates at 1 + eps_high (None: the scenario's)."""
     dual_clip: float | None = Field(None, gt=1)
     """Dual-clip bound for negative advantages (ppo_clip only)."""
     normalize_std: bool = True
@@ -40,6 +42,11 @@ class GRPOConfig(AgentConfig):
     minibatches: int = Field(1, ge=1)
     """Gradient steps per pass (episodes split evenly)."""
 
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        return check_policy_loss(name)
+
 
 class GRPOAgent(Agent):
     name = "grpo"
@@ -48,8 +55,6 @@ class GRPOAgent(Agent):
 
     def __init__(self, policy, tokenizer, config: GRPOConfig, *, dis_band=(0.3, 5.0), action_horizon=None):
         super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
-        if config.loss not in POLICY_LOSSES:
-            raise ValueError(f"unknown loss {config.loss!r}; known: {', '.join(POLICY_LOSSES)}")
         self.group_size, self.groups_per_update = config.group_size, config.groups_per_update
         self.eps_low, self.eps_high = resolve_band(config.eps_low, config.eps_high, dis_band)
         self.loss = POLICY_LOSSES[config.loss]

@@ -15,6 +15,7 @@ import functools
 import torch
 
 from sao_env.algos.advantages import _check_shapes, masked_mean
+from sao_env.algos.diagnostics import off_policy_diagnostics, sequence_log_ratio
 
 Tensor = torch.Tensor
 
@@ -117,7 +118,8 @@ def dis_policy_loss(
         r <= 1-eps_low), ``dis_masked_high`` (r >= 1+eps_high), ``dis_masked`` (their sum),
         ``ratio_mean``, ``ratio_max``, ``ess`` ((sum w)^2 / (N sum w^2), 0 if all w are 0) and
         ``approx_kl``, the k2 estimator mean(0.5 * (logp - rollout_logp)^2) of
-        KL(pi_rollout || pi_theta) (Schulman, "Approximating KL divergence", 2020).
+        KL(pi_rollout || pi_theta) (Schulman, "Approximating KL divergence", 2020), and the
+        shared ``sao_env.algos.diagnostics`` (``masked_fraction`` = ``dis_masked`` here).
     """
     _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
     _check_band(eps_low, eps_high)
@@ -141,6 +143,7 @@ def dis_policy_loss(
             ratio_max=torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
             ess=ess,
             approx_kl=masked_mean(0.5 * log_ratio**2, m),
+            **off_policy_diagnostics(log_ratio, m, ~keep, eps_low=eps_low, eps_high=eps_high),
         )
     return loss, metrics
 
@@ -176,7 +179,9 @@ def ppo_clip_loss(
         (loss, metrics). Metrics over action tokens: ``pg_clipfrac`` (fraction where the clipped
         term is the active one, i.e. larger than the unclipped one), ``pg_clipfrac_lower``
         (fraction where the dual clip is active; 0 without it), ``ratio_mean``, ``ratio_max``, ``approx_kl``
-        (k2 estimator, as in ``dis_policy_loss``).
+        (k2 estimator, as in ``dis_policy_loss``), and the shared ``sao_env.algos.diagnostics``
+        (``masked_fraction`` = ``pg_clipfrac + pg_clipfrac_lower``: the tokens whose gradient the
+        clip or the dual clip zeroed).
     """
     _check_shapes(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     _check_band(eps_low, eps_high)
@@ -202,6 +207,8 @@ def ppo_clip_loss(
             ratio_mean=masked_mean(ratio, m),
             ratio_max=torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
             approx_kl=masked_mean(0.5 * _log_ratio(logp, old_logp) ** 2, m),
+            **off_policy_diagnostics(_log_ratio(logp, old_logp), m, is_clipped | is_capped, eps_low=eps_low,
+                                     eps_high=eps_high),
         )
     return loss, metrics
 
@@ -223,6 +230,226 @@ def policy_gradient_loss(
     m = mask.bool()
     logp, advantages = _on_actions(m, logp, advantages)
     return agg_loss(-advantages * logp, m, agg, horizon=horizon), {}
+
+
+def _ratio_metrics(log_ratio: Tensor, m: Tensor) -> dict[str, Tensor]:
+    """``ratio_mean``, ``ratio_max`` and the k2 ``approx_kl``, computed as ``dis_policy_loss`` does."""
+    ratio = torch.exp(log_ratio)
+    return {
+        "ratio_mean": masked_mean(ratio, m),
+        "ratio_max": torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
+        "approx_kl": masked_mean(0.5 * log_ratio**2, m),
+    }
+
+
+def tis_policy_loss(
+    logp: Tensor,
+    rollout_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str = "token_mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Truncated importance sampling (TIS; Yao, Liu, Zhang, Dong, Shang, Gao 2025, "Your efficient
+    RL framework secretly brings you off-policy RL training").
+
+    The rollout engine samples from pi_rollout while the learner differentiates pi_theta; TIS
+    corrects each token by its importance ratio truncated from above at C:
+        r_t = exp(logp_t - rollout_logp_t),  w_t = min(r_t, C) (detached),  loss_t = -w_t A_t logp_t.
+    Yao et al. multiply their PPO term by min(pi_trainer(theta_old) / pi_rollout(theta_old), C)
+    (C = 2 in their runs); the registry has no separate old policy, so the ratio is taken against the
+    current policy as in DIS, which is theirs at the first gradient step on a batch (where the PPO
+    ratio is 1). There is no lower truncation: a token with r_t near 0 keeps its small weight.
+
+    The registry's band carries C: C = 1 + eps_high (eps_high = 1 gives their C = 2). eps_low does
+    not enter the loss; it only sets the ``out_band_low`` diagnostic.
+
+    Args:
+        logp: [B, T] log-probs under the current policy (with gradient).
+        rollout_logp: [B, T] log-probs recorded by the rollout engine.
+        advantages: [B, T].
+        mask: [B, T] bool or 0/1, action tokens.
+        eps_low: 0 < eps_low <= 1, diagnostics only.
+        eps_high: > 0, the truncation C = 1 + eps_high.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics): ``tis_truncated`` (share of action tokens with r_t > C, strict: at r_t = C
+        the weight is C either way), ``ratio_mean``, ``ratio_max``, ``approx_kl`` (k2, as DIS), and
+        the shared ``sao_env.algos.diagnostics`` (``masked_fraction`` = ``tis_truncated``).
+    """
+    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    m = mask.bool()
+    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
+    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    ratio = torch.exp(log_ratio)
+    cap = 1 + eps_high
+    truncated = m & (ratio > cap)
+    w = torch.where(m, ratio.clamp(max=cap), 0)  # (B, T) detached
+    loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
+    with torch.no_grad():
+        metrics = _floats(
+            tis_truncated=masked_mean(truncated.to(ratio.dtype), m),
+            **_ratio_metrics(log_ratio, m),
+            **off_policy_diagnostics(log_ratio, m, truncated, eps_low=eps_low, eps_high=eps_high),
+        )
+    return loss, metrics
+
+
+def mis_token_policy_loss(
+    logp: Tensor,
+    rollout_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str = "token_mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Masked importance sampling at token level, IcePop-style (Ling Team 2025, "Small leak can sink
+    a great ship: boost RL training on MoE with IcePop"; used to train Ring-1T, arXiv 2510.18855).
+
+    IcePop multiplies each token's term by M(k_t; alpha, beta) = k_t if alpha <= k_t <= beta else 0,
+    where k_t = pi_train(y_t) / pi_infer(y_t): tokens whose training/inference discrepancy leaves
+    the band are dropped from the gradient, the others are importance-weighted. Implemented:
+        r_t = exp(logp_t - rollout_logp_t),  w_t = r_t if 1 - eps_low <= r_t <= 1 + eps_high else 0
+        (detached, band inclusive as IcePop's M),  loss_t = -w_t A_t logp_t,
+    i.e. alpha = 1 - eps_low, beta = 1 + eps_high, the ratio against the current policy (no separate
+    old policy: IcePop's PPO ratio is 1 at the first step on a batch). This is DIS with a closed band
+    instead of an open one: the two differ only for a ratio exactly on an edge, which MIS keeps.
+
+    Args:
+        logp, rollout_logp, advantages, mask: as ``dis_policy_loss``.
+        eps_low, eps_high: the band [1 - eps_low, 1 + eps_high], 0 < eps_low <= 1, eps_high > 0.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics): ``ratio_mean``, ``ratio_max``, ``approx_kl`` (k2), and the shared
+        ``sao_env.algos.diagnostics``; ``masked_fraction`` = ``out_band_low + out_band_high``.
+    """
+    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    m = mask.bool()
+    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
+    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    ratio = torch.exp(log_ratio)
+    keep = m & (ratio >= 1 - eps_low) & (ratio <= 1 + eps_high)
+    w = torch.where(keep, ratio, 0)  # (B, T) detached
+    loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
+    with torch.no_grad():
+        metrics = _floats(**_ratio_metrics(log_ratio, m),
+                          **off_policy_diagnostics(log_ratio, m, ~keep, eps_low=eps_low, eps_high=eps_high))
+    return loss, metrics
+
+
+def mis_seq_policy_loss(
+    logp: Tensor,
+    rollout_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str = "token_mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Masked importance sampling at sequence level: a whole sequence is dropped when its ratio leaves the band.
+
+    Sequence-level MIS (Liu, Li, Fu, Wang, Liu, Shen 2025, "When speed kills stability: demystifying
+    RL collapse from the training-inference mismatch") rejects a response when its sequence ratio
+    exceeds a threshold and weights the kept ones by it. Their ratio is the product of the token
+    ratios, whose spread grows with the length; implemented here is the length-normalised
+    (geometric-mean) ratio of GSPO (``sao_env.algos.diagnostics.sequence_log_ratio``) with the
+    token-level MIS band on both sides:
+        s_i = exp(mean_t log r_{i,t}),  w_i = s_i if 1 - eps_low <= s_i <= 1 + eps_high else 0
+        (detached, inclusive),  loss_{i,t} = -w_i A_{i,t} logp_{i,t} for every action token of row i.
+
+    Args:
+        logp, rollout_logp, advantages, mask: as ``dis_policy_loss``; a row is a sequence (every action
+            token of a multi-turn episode counts in its one ratio).
+        eps_low, eps_high: the band [1 - eps_low, 1 + eps_high] on s_i.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics): ``seq_masked`` (share of sequences with an action token that were masked),
+        ``seq_ratio_mean`` (mean s_i over those sequences), ``ratio_mean``, ``ratio_max``,
+        ``approx_kl`` (token level, k2), and the shared ``sao_env.algos.diagnostics``
+        (``masked_fraction``: the share of action tokens that lie in masked sequences).
+    """
+    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    m = mask.bool()
+    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
+    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    log_s_B, has_B = sequence_log_ratio(log_ratio, m)
+    s_B = torch.exp(log_s_B)  # (B,) detached
+    keep_B = has_B & (s_B >= 1 - eps_low) & (s_B <= 1 + eps_high)
+    w = torch.where(m & keep_B[:, None], s_B[:, None], 0)  # (B, T)
+    loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
+    with torch.no_grad():
+        metrics = _floats(
+            seq_masked=masked_mean((~keep_B).to(s_B.dtype), has_B),
+            seq_ratio_mean=masked_mean(s_B, has_B),
+            **_ratio_metrics(log_ratio, m),
+            **off_policy_diagnostics(log_ratio, m, ~keep_B[:, None].expand_as(m), eps_low=eps_low, eps_high=eps_high),
+        )
+    return loss, metrics
+
+
+def gspo_policy_loss(
+    logp: Tensor,
+    rollout_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str = "token_mean",
+    horizon: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """GSPO's sequence-level ratio with PPO clipping (Zheng et al. 2025, "Group Sequence Policy
+    Optimization", arXiv 2507.18071), in its GSPO-token form so that advantages may vary per token.
+
+    GSPO (eq. 5-7): s_i = (pi_theta(y_i|x) / pi_old(y_i|x))^(1/|y_i|) = exp(mean_t log r_{i,t}) and
+    J = mean_i min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i); the paper clips tightly
+    (3e-4 / 4e-4), since s_i is an average. GSPO-token (eq. 13-14):
+        s_{i,t} = sg[s_i] * pi_theta(y_{i,t}) / sg[pi_theta(y_{i,t})]      (value s_i, gradient s_i grad logp_t)
+        loss_{i,t} = max(-A_{i,t} s_{i,t}, -A_{i,t} clip(s_i, 1 - eps_low, 1 + eps_high)).
+    With A constant over a sequence and ``agg="seq_mean_token_mean"`` its loss and gradient are
+    GSPO's exactly (1/|y_i| sum_t s_i grad logp_t = grad s_i); other modes weight sequences by
+    ``agg``. The old policy is the rollout policy (ref_logp), as for every registry member.
+
+    Args:
+        logp, rollout_logp, advantages, mask: as ``dis_policy_loss``; a row is a sequence.
+        eps_low, eps_high: clip range of s_i, 0 < eps_low <= 1, eps_high > 0.
+        agg: an ``agg_loss`` mode.
+    Returns:
+        (loss, metrics): ``pg_clipfrac`` (share of action tokens whose clipped term is active, zero
+        gradient; = ``masked_fraction``), ``seq_ratio_mean``, ``ratio_mean``, ``ratio_max``,
+        ``approx_kl`` (token level, k2), and the shared ``sao_env.algos.diagnostics``.
+    """
+    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
+    _check_band(eps_low, eps_high)
+    m = mask.bool()
+    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
+    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    log_s_B, has_B = sequence_log_ratio(log_ratio, m)
+    s_BT = torch.exp(log_s_B)[:, None].expand_as(logp)  # (B, T) detached sequence ratio on every token
+    s_tok = s_BT * torch.exp(logp - logp.detach())  # value s_i, gradient s_i * grad logp_t
+    unclipped = -advantages * s_tok
+    clipped = -advantages * s_BT.clamp(1 - eps_low, 1 + eps_high)
+    is_clipped = m & (clipped > unclipped)
+    loss = agg_loss(torch.where(is_clipped, clipped, unclipped), m, agg, horizon=horizon)
+    with torch.no_grad():
+        metrics = _floats(
+            pg_clipfrac=masked_mean(is_clipped.to(log_ratio.dtype), m),
+            seq_ratio_mean=masked_mean(torch.exp(log_s_B), has_B),
+            **_ratio_metrics(log_ratio, m),
+            **off_policy_diagnostics(log_ratio, m, is_clipped, eps_low=eps_low, eps_high=eps_high),
+        )
+    return loss, metrics
 
 
 def value_loss(
@@ -292,7 +519,13 @@ def value_loss(
 # Registry: every member has the signature
 #   (logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None)
 # where ref_logp is the rollout (behaviour) log-prob, so an agent picks its loss by name from its
-# recipe and calls it one way. Members that do not use an argument say so.
+# recipe and calls it one way. Members that do not use an argument say so. Every member returns the
+# shared diagnostics of ``sao_env.algos.diagnostics`` (``DIAGNOSTICS``) besides its own metrics.
+
+
+def _no_dual_clip(dual_clip: float | None, name: str) -> None:
+    if dual_clip is not None:
+        raise ValueError(f"dual_clip applies to ppo_clip only, not to {name}")
 
 
 def _dis(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
@@ -311,21 +544,63 @@ def _ppo_clip(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=
 
 
 def _pg(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
-    """"pg": ``policy_gradient_loss``; the band is not used, ref_logp only feeds the
-    ``ratio_mean`` and ``approx_kl`` diagnostics; ``dual_clip`` must be None."""
+    """"pg": ``policy_gradient_loss``, no correction; the band is not used by the loss, ref_logp only
+    feeds the ``ratio_mean`` and ``approx_kl`` diagnostics and the shared ones (``masked_fraction``
+    is 0; the band sets ``out_band_low``/``out_band_high``); ``dual_clip`` must be None."""
     if dual_clip is not None:
         raise ValueError("dual_clip applies to ppo_clip only")
+    _check_band(eps_low, eps_high)
     loss, metrics = policy_gradient_loss(logp, advantages, mask, agg=agg, horizon=horizon)
     with torch.no_grad():
         m = mask.bool()
         log_ratio = _log_ratio(*_on_actions(m, logp, ref_logp))
         ratio_mean = masked_mean(torch.exp(log_ratio), m)
         metrics |= _floats(ratio_mean=ratio_mean, approx_kl=masked_mean(0.5 * log_ratio**2, m))
+        metrics |= _floats(**off_policy_diagnostics(log_ratio, m, torch.zeros_like(m), eps_low=eps_low,
+                                                    eps_high=eps_high))
     return loss, metrics
+
+
+def _tis(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
+    """"tis": ``tis_policy_loss``, truncation C = 1 + eps_high; ``dual_clip`` must be None."""
+    _no_dual_clip(dual_clip, "tis")
+    return tis_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg, horizon=horizon)
+
+
+def _mis_token(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
+    """"mis_token": ``mis_token_policy_loss`` (IcePop-style), band [1 - eps_low, 1 + eps_high]; no ``dual_clip``."""
+    _no_dual_clip(dual_clip, "mis_token")
+    return mis_token_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg,
+                                 horizon=horizon)
+
+
+def _mis_seq(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
+    """"mis_seq": ``mis_seq_policy_loss``, the band on the sequence ratio; no ``dual_clip``."""
+    _no_dual_clip(dual_clip, "mis_seq")
+    return mis_seq_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg,
+                               horizon=horizon)
+
+
+def _gspo(logp, ref_logp, advantages, mask, *, eps_low, eps_high, dual_clip=None, agg="token_mean", horizon=None):
+    """"gspo": ``gspo_policy_loss`` (GSPO-token), clip range of the sequence ratio; no ``dual_clip``."""
+    _no_dual_clip(dual_clip, "gspo")
+    return gspo_policy_loss(logp, ref_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high, agg=agg,
+                            horizon=horizon)
 
 
 POLICY_LOSSES = {
     "dis": _dis,
     "ppo_clip": _ppo_clip,
     "pg": _pg,
+    "tis": _tis,
+    "mis_token": _mis_token,
+    "mis_seq": _mis_seq,
+    "gspo": _gspo,
 }
+
+
+def check_policy_loss(name: str) -> str:
+    """``name`` if it is a ``POLICY_LOSSES`` member, else a ValueError naming the known ones (for config validators)."""
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(POLICY_LOSSES)}")
+    return name

@@ -26,6 +26,7 @@ import torch
 from sao_env.agents.base import Agent
 from sao_env.errors import UserError
 from sao_env.policy.generate import row_key
+from sao_env.policy.mismatch import RolloutMismatch
 from sao_env.runtime.core import Request, RunState, Scheduler, train_metrics
 from sao_env.runtime.rollout import play
 from sao_env.runtime.spec import RuntimeSpec
@@ -54,6 +55,8 @@ class SimRuntime:
         self.deployed_version = agent.version
         for p in self.deployed.parameters():
             p.requires_grad_(False)
+        self.mismatch = RolloutMismatch(spec.rollout_mismatch, seed=seed, noise_std=spec.rollout_noise_std)
+        self.mismatch.apply(self.deployed, agent.policy, agent.version)
         self.on_update, self.on_episode, self.on_eval = on_update, on_episode, on_eval
         self.task_rng = np.random.default_rng([seed, 1])
         self.env_rng = np.random.default_rng([seed, 2])
@@ -216,6 +219,7 @@ class SimRuntime:
             with torch.no_grad():
                 for deployed, trained in zip(self.deployed.parameters(), self.agent.policy.parameters()):
                     deployed.copy_(trained)
+                self.mismatch.apply(self.deployed, self.agent.policy, self.agent.version)
             self.deployed_version = self.agent.version
         self.on_update({"sim_time_s": self.state.now, "update": self.state.updates, "version": self.agent.version,
                         "episodes": self.state.consumed, **record})

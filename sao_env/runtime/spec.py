@@ -42,6 +42,12 @@ class RuntimeSpec(BaseModel):
     """``ray`` backend: the cluster to join (``ray.init(address=...)``, e.g. ``auto``); none starts a local one."""
     ray_num_cpus: int | None = Field(None, ge=1)
     """``ray`` backend, local cluster only: CPUs it may use (default: all)."""
+    rollout_mismatch: Literal["none", "bf16_weights", "logit_noise"] = "none"
+    """Rollout/trainer mismatch (``sim`` only): rollouts (and held-out evaluation) sample a perturbed copy of the
+    policy while the learner trains the exact float32 one; ``bf16_weights`` rounds the copy's weights to bfloat16,
+    ``logit_noise`` perturbs its logits by ``rollout_noise_std`` (``sao_env.policy.mismatch``). Off by default."""
+    rollout_noise_std: float = Field(0.1, ge=0, le=10)
+    """``logit_noise`` only: std of the logit perturbation, in units of the final hidden state's RMS."""
 
     @model_validator(mode="after")
     def _untempered(self) -> "RuntimeSpec":
@@ -50,4 +56,12 @@ class RuntimeSpec(BaseModel):
         if self.temperature != 1.0 or self.top_p != 1.0:
             raise ValueError(f"temperature={self.temperature} / top_p={self.top_p}: rollouts for training must "
                              f"sample the policy itself (1.0 / 1.0), or every importance ratio is biased")
+        return self
+
+    @model_validator(mode="after")
+    def _mismatch_needs_sim(self) -> "RuntimeSpec":
+        """The perturbed copy is made where ``sim`` deploys its weights; the real-time backends publish theirs
+        to workers (and vLLM) elsewhere, and would not perturb them."""
+        if self.rollout_mismatch != "none" and self.backend != "sim":
+            raise ValueError(f"rollout_mismatch={self.rollout_mismatch} needs backend=sim (this is {self.backend})")
         return self
