@@ -358,7 +358,7 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
             shutil.rmtree(folder, ignore_errors=True)
     wall_start = time.perf_counter()
     torch.set_num_threads(config.threads)
-    scenario = Scenario(config.env)
+    scenario = Scenario(config.env, seed=config.seed)
     provenance = {"config_hash": config_hash(expanded), "label": label, "overrides": list(overrides),
                   "code": code, "versions": package_versions(), "datasets": datasets_read(scenario)}
     write_atomic(out / "config.yaml", yaml.safe_dump({**expanded, "provenance": provenance}, sort_keys=False))

@@ -42,6 +42,9 @@ class RuntimeSpec(BaseModel):
     """``ray`` backend: the cluster to join (``ray.init(address=...)``, e.g. ``auto``); none starts a local one."""
     ray_num_cpus: int | None = Field(None, ge=1)
     """``ray`` backend, local cluster only: CPUs it may use (default: all)."""
+    critic_parallel: bool = False
+    """``sim``, agents with a critic: the critic trains on a device of its own, so an update costs
+    max(actor, critic) passes per token instead of their sum (docs/runtime.md)."""
 
     @model_validator(mode="after")
     def _untempered(self) -> "RuntimeSpec":
