@@ -221,16 +221,20 @@ def test_staleness_shares_by_hand_and_at_the_bin_edges():
 
 
 def test_update_passes_series_and_parallel():
-    sao = SimpleNamespace(train_passes=3, config=SimpleNamespace(critic_updates=2), critic=object())
+    sao = SimpleNamespace(train_passes=3, config=SimpleNamespace(critic_updates=2, advantage_values="before_fit"))
     assert update_passes(sao, False) == 3   # 1 actor + 2 critic, in series
     assert update_passes(sao, True) == 2    # max(1, 2)
-    k1 = SimpleNamespace(train_passes=2, config=SimpleNamespace(critic_updates=1), critic=object())
+    k1 = SimpleNamespace(train_passes=2, config=SimpleNamespace(critic_updates=1))
     assert update_passes(k1, True) == 1     # max(1, 1)
-    grpo = SimpleNamespace(train_passes=1, group_size=4, groups_per_update=2, name="grpo")
     scenario = _scenario(0.0, 0)
     spec = SimpleNamespace(critic_parallel=True, buffer_capacity=64, max_staleness=4, on_full="block")
-    with pytest.raises(UserError, match="critic_parallel needs an agent with a critic"):
-        make_scheduler(scenario, grpo, spec)
+    make_scheduler(scenario, SimpleNamespace(group_size=1, groups_per_update=8, name="sao", **vars(sao)), spec)
+    grpo = SimpleNamespace(train_passes=1, group_size=4, groups_per_update=2, name="grpo", config=SimpleNamespace())
+    after_fit = SimpleNamespace(group_size=1, groups_per_update=8, name="sao", train_passes=3,
+                                config=SimpleNamespace(critic_updates=2, advantage_values="after_fit"))
+    for agent in (grpo, after_fit):  # no critic; an actor that needs the fitted critic (as VAPO's)
+        with pytest.raises(UserError, match="critic_parallel needs a critic whose pre-fit values"):
+            make_scheduler(scenario, agent, spec)
 
 
 # -- short simulated runs -------------------------------------------------------------------------

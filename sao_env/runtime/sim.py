@@ -246,7 +246,8 @@ def update_passes(agent: Agent, critic_parallel: bool) -> int:
     In series (default) every model's passes add up: ``agent.train_passes`` (1 + K for a critic
     agent). With ``critic_parallel`` the critic trains on a device of its own, overlapping the
     actor's step: ``max(actor passes, K)``, where ``K = critic_updates`` and the actor's passes are
-    the rest (SAO with K=2: 2 instead of 3).
+    the rest (SAO with K=2: 2 instead of 3). The overlap is possible only because SAO's actor uses
+    the critic's values from before its K steps (``make_scheduler`` refuses other agents).
     """
     if not critic_parallel:
         return agent.train_passes
@@ -261,8 +262,9 @@ def make_scheduler(scenario: Scenario, agent: Agent, spec: RuntimeSpec) -> Sched
     if spec.buffer_capacity < agent.group_size * agent.groups_per_update:
         raise UserError(f"buffer_capacity {spec.buffer_capacity} is smaller than one update's batch "
                         f"({agent.groups_per_update} groups of {agent.group_size} episodes)")
-    if spec.critic_parallel and getattr(agent, "critic", None) is None:
-        raise UserError(f"critic_parallel needs an agent with a critic (sao, vapo); {agent.name} has none")
+    if spec.critic_parallel and getattr(getattr(agent, "config", None), "advantage_values", None) != "before_fit":
+        raise UserError(f"critic_parallel needs a critic whose pre-fit values the actor uses (sao with "
+                        f"advantage_values: before_fit); {agent.name}'s actor would wait for the critic")
     return Scheduler(max_staleness=spec.max_staleness, buffer_capacity=spec.buffer_capacity, on_full=spec.on_full,
                      group_size=agent.group_size, groups_per_update=agent.groups_per_update,
                      slots=scenario.spec.rollout_slots)

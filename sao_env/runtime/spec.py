@@ -43,8 +43,8 @@ class RuntimeSpec(BaseModel):
     ray_num_cpus: int | None = Field(None, ge=1)
     """``ray`` backend, local cluster only: CPUs it may use (default: all)."""
     critic_parallel: bool = False
-    """``sim``, agents with a critic: the critic trains on a device of its own, so an update costs
-    max(actor, critic) passes per token instead of their sum (docs/runtime.md)."""
+    """``sim``, SAO: the critic trains on a device of its own, so an update costs max(actor, critic)
+    passes per token instead of their sum (docs/runtime.md)."""
 
     @model_validator(mode="after")
     def _untempered(self) -> "RuntimeSpec":
