@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sao_env.agents import ALGORITHMS, Agent
 from sao_env.errors import UserError
-from sao_env.evaluation.adaptation import adaptation_summary
+from sao_env.evaluation.adaptation import adaptation_summary, credit_summary
 from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.forking import fork_is_safe
 from sao_env.leaderboard.plots import plot_adaptation
@@ -359,7 +359,7 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
             shutil.rmtree(folder, ignore_errors=True)
     wall_start = time.perf_counter()
     torch.set_num_threads(config.threads)
-    scenario = Scenario(config.env)
+    scenario = Scenario(config.env, seed=config.seed)
     provenance = {"config_hash": config_hash(expanded), "label": label, "overrides": list(overrides),
                   "code": code, "versions": package_versions(), "numerics": numerics_record(),
                   "datasets": datasets_read(scenario)}
@@ -398,7 +398,7 @@ def run_experiment(config: RunConfig, out: Path, *, show_progress: bool = True, 
         "env": config.env.name, "agent": label, "recipe": config.agent.name, "algorithm": config.agent.algorithm,
         "seed": config.seed,
         "online_reward": float(np.mean(rewards)) if rewards else math.nan,
-        **adaptation_summary(evals, scenario),
+        **adaptation_summary(evals, scenario), **credit_summary(out, scenario),
         "episodes_per_hour": state.consumed / hours, "updates_per_hour": state.updates / hours,
         "staleness_mean": float(staleness.mean()), "staleness_p95": float(np.percentile(staleness, 95)),
         "staleness_hist": np.bincount(staleness.astype(int)).tolist(), "learner_wait_s": state.learner_wait_s,

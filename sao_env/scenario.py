@@ -8,6 +8,9 @@ seed stream, identical for every agent and seed, so that adaptation curves are c
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -46,16 +49,23 @@ class PhaseSpec(_Strict):
 
 
 class LatencySpec(_Strict):
-    """Simulated costs. Episode time = prefill + decode + environment; an update costs base + per token."""
+    """Simulated costs. Episode time = prefill + decode + environment; an update costs base + per token.
+
+    A turn's environment time is ``task factor x within-task draw (+ env_s_per_token x its action
+    tokens)``: the task factor (median 1, log-normal with spread ``task_sigma``) is shared by every
+    rollout of a task, the within-task draw is the episode's own (family ``family``, median
+    ``env_median_s`` or the tool's). With the defaults (no task factor, log-normal, no coupling)
+    this is the original model: a turn's draw depends on (episode seed, turn) alone. docs/runtime.md.
+    """
 
     prefill_s_per_token: float = Field(0.0005, ge=0)
     """Simulated seconds per prompt token."""
     decode_s_per_token: float = Field(0.05, ge=0)
     """Simulated seconds per generated token."""
     env_median_s: float = Field(10.0, ge=0)
-    """Median of the log-normal environment latency per turn (tool calls, sandboxes, graders)."""
+    """Median of the environment latency per turn (tool calls, sandboxes, graders)."""
     env_sigma: float = Field(1.0, ge=0)
-    """Log-normal shape of the environment latency; 1.0 puts the p99 at about 10x the median."""
+    """Log-normal shape of the within-task environment latency; 1.0 puts the p99 at about 10x the median."""
     tool_median_s: dict[str, float] = {}
     """Median latency per tool call by tool name in multi-turn envs (e.g. ``run_tests: 30``); a tool
     not listed, and a single-turn env's grading, use ``env_median_s``."""
@@ -63,17 +73,60 @@ class LatencySpec(_Strict):
     """Simulated seconds of fixed cost per learner update (weight sync included)."""
     update_s_per_token: float = Field(0.002, ge=0)
     """Simulated seconds per trained token (forward + backward, each model trained)."""
+    task_sigma: float = Field(0.0, ge=0)
+    """Log-normal spread of the per-task factor (median 1) that scales every turn of every rollout of a
+    task, drawn from (run seed, task id); 0 = no task effect, so group members are independent."""
+    family: Literal["lognormal", "pareto"] = "lognormal"
+    """Tail family of the within-task draw: log-normal (shape ``env_sigma``) or Pareto (shape
+    ``pareto_alpha``), each with the same median."""
+    pareto_alpha: float = Field(1.5, gt=0)
+    """Pareto shape alpha (``family: pareto``): quantile p is ``median x (2(1-p))^(-1/alpha)``, so the p99
+    is 50^(1/alpha) x the median (alpha=1: 50x); alpha <= 1 has no finite mean."""
+    env_s_per_token: float = Field(0.0, ge=0)
+    """Environment seconds per generated token of the turn's action (long answers take long to run and
+    grade); 0 = the environment's time ignores length."""
+    fail_to_turn_limit: bool = False
+    """A multi-turn episode that fails (reward below ``fail_below``) before the turn limit is charged the
+    environment time of its remaining turns, as an agent that keeps trying until the limit would be."""
+    fail_below: float = Field(0.5, ge=0, le=1)
+    """Reward below which an episode counts as failed (``fail_to_turn_limit``)."""
 
-    def turn_s(self, env_seed: int, turn: int, tool: str | None) -> float:
-        """Simulated seconds of turn ``turn`` (1-based) of the episode seeded ``env_seed``: log-normal with
-        median ``tool_median_s[tool]`` (else ``env_median_s``); its draw depends on (seed, turn) alone."""
+    def turn_s(self, env_seed: int, turn: int, tool: str | None, factor: float = 1.0) -> float:
+        """Simulated seconds of turn ``turn`` (1-based) of the episode seeded ``env_seed``: ``factor`` (the
+        task's) times the within-task draw of median ``tool_median_s[tool]`` (else ``env_median_s``),
+        from (seed, turn) alone (``turn_normal``)."""
         median = self.tool_median_s.get(tool or "", self.env_median_s)
-        return float(median * np.exp(self.env_sigma * turn_normal(env_seed, turn)))
+        return factor * self.from_normal(median, turn_normal(env_seed, turn))
 
-    def min_first_turn_s(self, env_seed: int) -> float:
-        """A lower bound of the first turn's latency whatever tool it calls (lets the runtime defer work)."""
+    def from_normal(self, median: float, z: float) -> float:
+        """The within-task draw of median ``median`` whose standard normal is ``z``: ``median x exp(env_sigma z)``
+        (log-normal) or the Pareto quantile at ``Phi(z)``, ``median x (2(1 - Phi(z)))^(-1/alpha)``. Both
+        increase with ``z``, so one episode is slow in either family."""
+        if self.family == "lognormal":
+            return float(median * np.exp(self.env_sigma * z))
+        tail = 0.5 * math.erfc(z / math.sqrt(2.0))  # 1 - Phi(z), exact far into the upper tail
+        return float(median * (2.0 * tail) ** (-1.0 / self.pareto_alpha))
+
+    def task_factor(self, seed: int, task_id: str) -> float:
+        """The task's latency factor: ``exp(task_sigma x z)``, z standard normal from (run seed, task id);
+        the same for every rollout of the task, 1.0 when ``task_sigma`` is 0."""
+        if self.task_sigma == 0:
+            return 1.0
+        key = int.from_bytes(hashlib.blake2b(task_id.encode(), digest_size=8).digest(), "little")
+        z = np.random.default_rng([int(seed), key, 0x7A5C]).standard_normal()
+        return float(np.exp(self.task_sigma * z))
+
+    def min_first_turn_s(self, env_seed: int, task: Task | None = None) -> float:
+        """A lower bound of the first turn's latency whatever tool it calls (lets the runtime defer work).
+        It holds for ``task``'s factor; without the task, a task factor makes the bound 0."""
         median = min([self.env_median_s, *self.tool_median_s.values()])
-        return float(median * np.exp(self.env_sigma * turn_normal(env_seed, 1)))
+        factor = 1.0 if self.task_sigma == 0 else (0.0 if task is None else latency_factor(task))
+        return factor * self.from_normal(median, turn_normal(env_seed, 1))
+
+
+def latency_factor(task: Task) -> float:
+    """The latency factor ``Scenario.next_task`` stamped on the task (``metadata["latency_factor"]``), else 1."""
+    return float(task.metadata.get("latency_factor", 1.0))
 
 
 def turn_normal(env_seed: int, turn: int) -> float:
@@ -167,10 +220,13 @@ class PhaseWindow:
 
 
 class Scenario:
-    """A scenario ready to serve tasks: ``next_task(t, rng)`` and per-phase held-out sets."""
+    """A scenario ready to serve tasks: ``next_task(t, rng)`` and per-phase held-out sets.
 
-    def __init__(self, spec: ScenarioSpec):
+    ``seed`` is the run's: with ``latency.task_sigma > 0`` it keys each task's latency factor."""
+
+    def __init__(self, spec: ScenarioSpec, *, seed: int = 0):
         self.spec = spec
+        self.seed = seed
         self.sources: list[list[TaskSource]] = [
             [build_source(s.name, s.params) for s in phase.sources] for phase in spec.phases
         ]
@@ -198,14 +254,22 @@ class Scenario:
         return self.windows[-1]
 
     def next_task(self, t: float, rng: np.random.Generator, index: int) -> Task:
-        """Draw the task served at simulated time ``t`` (gradual transitions mix in the previous phase)."""
+        """Draw the task served at simulated time ``t`` (gradual transitions mix in the previous phase).
+
+        With ``latency.task_sigma > 0`` the task carries its latency factor (``metadata["latency_factor"]``,
+        ``LatencySpec.task_factor`` of the run's seed and the task's id), which its environment applies
+        to every turn of every rollout; it draws nothing from ``rng``, so the task stream is unchanged."""
         window = self.phase_at(t)
         phase_idx = window.index
         transition_s = self.spec.phases[phase_idx].transition_h * HOUR
         if phase_idx > 0 and transition_s > 0 and t - window.start_s < transition_s:
             if rng.random() >= (t - window.start_s) / transition_s:
                 phase_idx -= 1
-        return self._sample_from(phase_idx, rng, created_at=t, index=index)
+        task = self._sample_from(phase_idx, rng, created_at=t, index=index)
+        if self.spec.latency.task_sigma > 0:
+            factor = self.spec.latency.task_factor(self.seed, task.id)
+            task = dataclasses.replace(task, metadata={**task.metadata, "latency_factor": factor})
+        return task
 
     def _sample_from(self, phase_idx: int, rng: np.random.Generator, *, created_at: float, index: int,
                      heldout: bool = False) -> Task:

@@ -9,8 +9,9 @@ observation. ``step`` returns only the *new* text to append after the action (a 
 truncated with a marker), so the caller can mark those tokens as observations (``action_mask``
 False) for skip-observation GAE; it is ``""`` once the episode has ended. The reward is the
 task grader's verdict, paid on the final step. ``info`` on every step holds ``latency``
-(``{"env_s": simulated seconds of the turn}``) and ``tool`` (the tool called, or None); the final
-step adds ``grade`` (the grader's details). ``truncated`` means the turn limit ended the episode
+(``{"env_s": simulated seconds of the turn}``, the task's latency factor applied; with
+``latency.fail_to_turn_limit`` a failed final step's also holds the turns left to the limit) and
+``tool`` (the tool called, or None); the final step adds ``grade`` (the grader's details). ``truncated`` means the turn limit ended the episode
 (it is still graded on its final state).
 """
 
@@ -22,10 +23,9 @@ import importlib
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
-from sao_env.scenario import LatencySpec
+from sao_env.scenario import LatencySpec, latency_factor
 from sao_env.tasks.tokens import CHARSET
 from sao_env.types import Task
 
@@ -117,20 +117,30 @@ class TaskEnv(gym.Env):
             self._done = True
             reward, details = self._grade()
             info["grade"] = details
+            if self.latency.fail_to_turn_limit and reward < self.latency.fail_below:
+                info["latency"]["env_s"] += self.remaining_turns_s()
             return "", float(reward), done, truncated, info
         return self.truncate(observation), 0.0, False, False, info
 
     # -- helpers --------------------------------------------------------------------------------
-    def sample_latency(self, tool: str | None) -> float:
-        """Log-normal simulated seconds of this turn: median ``tool_median_s[tool]`` (else ``env_median_s``).
+    def sample_latency(self, tool: str | None, turn: int | None = None) -> float:
+        """Simulated seconds of this turn (or of turn ``turn``): the task's latency factor times the
+        within-task draw of median ``tool_median_s[tool]`` (else ``env_median_s``), ``LatencySpec.turn_s``.
 
-        Seeded episodes draw it from (seed, turn) alone (``LatencySpec.turn_s``), so the runtime can
-        bound an episode's duration before it is played; unseeded ones from ``np_random``.
+        Seeded episodes draw it from (seed, turn) alone, so the runtime can bound an episode's duration
+        before it is played; unseeded ones from ``np_random``.
         """
+        factor = latency_factor(self.task) if self.task is not None else 1.0
         if getattr(self, "_seed", None) is not None:
-            return self.latency.turn_s(self._seed, self.turns, tool)
+            return self.latency.turn_s(self._seed, self.turns if turn is None else turn, tool, factor)
         median = self.latency.tool_median_s.get(tool or "", self.latency.env_median_s)
-        return float(median * np.exp(self.latency.env_sigma * self.np_random.standard_normal()))
+        return factor * self.latency.from_normal(median, float(self.np_random.standard_normal()))
+
+    def remaining_turns_s(self) -> float:
+        """Environment seconds of the turns after this one up to the turn limit, each its own draw at
+        ``env_median_s`` (tool None): what a failed episode that kept trying would have cost
+        (``LatencySpec.fail_to_turn_limit``). Generation of those turns is not charged."""
+        return sum(self.sample_latency(None, turn) for turn in range(self.turns + 1, self.max_turns + 1))
 
     def truncate(self, text: str) -> str:
         """Keep the head and tail of a long observation, with a marker saying how much was cut."""

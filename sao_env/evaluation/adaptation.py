@@ -9,16 +9,83 @@ Inputs are the run's held-out evaluations (``evals.jsonl``: ``sim_time_s`` and
 - time to threshold: the same from t=0 for the first phase (learning from the warm start);
 - forgetting of phase k: best accuracy on phase k's set during phase k minus its accuracy at the
   end of the run (positive = forgotten);
-- AUC: time-weighted mean of the current accuracy over the run (trapezoids).
+- AUC: time-weighted mean of the current accuracy over the run (trapezoids); ``auc_episodes`` and
+  ``auc_updates`` weight it by consumed episodes and by learner updates instead (the axes of
+  ``accuracy_curve``), so an agent that learns more per trajectory scores higher there.
+
+Metrics that credit time (``credit_summary``, from a run directory's logs):
+- reward per hour: the reward of every episode completed during the run over its simulated hours
+  (cumulative: what the agent earned; ``reward_rate_curve`` is the same up to each episode's end);
+- completion-order bias: the mean over updates of ``async/completion_bias`` (``sim``; the
+  reward mean of each batch minus that of the batch start order would have formed,
+  ``sao_env.runtime.core.completion_order_bias``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from sao_env.scenario import Scenario
+
+
+AXES: dict[str, str] = {"time": "sim_time_s", "episodes": "episodes", "updates": "updates"}
+"""Axes of an adaptation curve and the evals.jsonl field behind each: simulated seconds, episodes
+consumed by the learner, learner updates (all recorded at each evaluation)."""
+
+
+def accuracy_curve(evals: list[dict], scenario: Scenario,
+                   axis: Literal["time", "episodes", "updates"] = "time") -> list[tuple[float, float]]:
+    """(x, accuracy on the active phase's set) per evaluation, x on ``axis`` (``AXES``); the phase is
+    always the one active at the evaluation's simulated time."""
+    if axis not in AXES:
+        raise ValueError(f"unknown axis {axis!r}; known: {', '.join(AXES)}")
+    return [(float(record[AXES[axis]]), a) for record, (_, a) in zip(evals, current_accuracy(evals, scenario))]
+
+
+def area_under(curve: list[tuple[float, float]]) -> float:
+    """Mean of the curve over its x range (trapezoids); NaN with fewer than two points or an empty range."""
+    if len(curve) < 2 or curve[-1][0] == curve[0][0]:
+        return math.nan
+    x, y = np.array([c[0] for c in curve]), np.array([c[1] for c in curve])
+    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
+
+
+def reward_rate_curve(episodes: list[dict]) -> list[tuple[float, float]]:
+    """(simulated hours t, reward earned by the episodes completed by t, divided by t) at each episode's
+    end (episodes.jsonl records: ``sim_end``, ``reward``); cumulative reward per simulated hour."""
+    out, total = [], 0.0
+    for e in sorted(episodes, key=lambda e: e["sim_end"]):
+        total += e["reward"]
+        t_h = e["sim_end"] / 3600
+        if t_h > 0:
+            out.append((t_h, total / t_h))
+    return out
+
+
+def credit_summary(run_dir: Path, scenario: Scenario) -> dict[str, float]:
+    """Summary metrics that credit time and samples, from a run directory's three logs (module docstring):
+    ``reward_per_hour``, ``completion_bias_mean`` (NaN where no update recorded it), ``auc_episodes``,
+    ``auc_updates``."""
+    run_dir = Path(run_dir)
+
+    def read(name: str) -> list[dict]:
+        return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line]
+
+    episodes = read("episodes.jsonl")
+    evals = read("evals.jsonl")
+    bias = [r["async/completion_bias"] for r in read("metrics.jsonl")
+            if r.get("kind") != "eval" and "async/completion_bias" in r]
+    return {
+        "reward_per_hour": math.fsum(e["reward"] for e in episodes) / (scenario.duration_s / 3600),
+        "completion_bias_mean": float(np.mean(bias)) if bias else math.nan,
+        "auc_episodes": area_under(accuracy_curve(evals, scenario, "episodes")),
+        "auc_updates": area_under(accuracy_curve(evals, scenario, "updates")),
+    }
 
 
 def current_accuracy(evals: list[dict], scenario: Scenario) -> list[tuple[float, float]]:

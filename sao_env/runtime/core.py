@@ -20,12 +20,17 @@ The rules (AReaL, arXiv 2505.24298, Sec. 5; SAO, arXiv 2607.07508, Sec. 4):
   ``max_staleness`` versions behind the learner.
 * Accounting: ``completed = consumed + dropped + buffered + blocked + partial`` (in episodes;
   ``partial`` = finished episodes of groups still running), at every moment.
+* Completion-order bias (``completion_order_bias``): an update's batch is taken in completion
+  order; the batch start order would have formed instead is the same number of groups, the
+  oldest started among those not yet consumed. The difference of their reward means is what
+  completion order did to the learner's sample.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -213,7 +218,42 @@ class Scheduler:
             "async/learner_wait_s": self.state.learner_wait_s,
             "async/dropped": float(self.state.dropped),
             "async/in_flight": float(self.in_flight),
+            **staleness_shares(staleness),
         }
+
+
+STALENESS_BINS: tuple[tuple[int, int | None], ...] = ((0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, None))
+"""Staleness bins (inclusive; None = no upper end) of the per-update histogram ``async/staleness_frac_*``."""
+
+
+def staleness_shares(staleness: Sequence[int]) -> dict[str, float]:
+    """Per-update staleness histogram: the share of the batch's episodes in each of ``STALENESS_BINS``,
+    keys ``async/staleness_frac_0``, ``_1``, ``_2_3``, ``_4_7``, ``_8_15``, ``_16_up`` (they sum to 1)."""
+    n = len(staleness)
+    out = {}
+    for low, high in STALENESS_BINS:
+        name = str(low) if low == high else f"{low}_{'up' if high is None else high}"
+        count = sum(1 for s in staleness if s >= low and (high is None or s <= high))
+        out[f"async/staleness_frac_{name}"] = count / n
+    return out
+
+
+def completion_order_bias(batch: Sequence[Request], pending: Sequence[Request],
+                          rewards: Callable[[Request], list[float]]) -> float:
+    """Reward mean of the update's batch minus that of the batch start order would have formed.
+
+    ``pending`` holds every request started and not yet consumed when the batch is formed (the
+    batch included, finished or not); the start-order batch is its ``len(batch)`` lowest-id (oldest
+    started) requests. ``rewards(request)`` gives the rewards of all its episodes, also of those not
+    yet finished (``sim`` knows them once played). Exactly 0 whenever completion order keeps start
+    order (equal durations, or a synchronous run, where ``pending`` is the batch); positive when fast
+    episodes succeed more often. Means are exactly rounded sums (``math.fsum``): the same episodes
+    in another order give exactly 0.
+    """
+    start_order = sorted(pending, key=lambda r: r.id)[: len(batch)]
+    taken = [x for r in batch for x in rewards(r)]
+    waited = [x for r in start_order for x in rewards(r)]
+    return math.fsum(taken) / len(taken) - math.fsum(waited) / len(waited)
 
 
 def train_metrics(episodes: list[Episode]) -> dict[str, float]:

@@ -33,7 +33,7 @@ class Rollout:
     ``transcript`` is everything after the prompt as text (actions and observations in order);
     ``prompt_tokens`` counts every non-action token fed to the model (the prompt and observations,
     i.e. what is prefilled), ``action_tokens`` the generated ones. ``env_s`` sums the simulated
-    latency of the environment's turns.
+    latency of the environment's turns, each plus ``latency.env_s_per_token`` per action token of the turn.
     """
 
     task: Task
@@ -110,7 +110,7 @@ def play(
                 rollout._act(token_ids, logps, action)
                 observation, reward, terminated, truncated, info = env.step(action)
                 rollout.turns += 1
-                rollout.env_s += info["latency"]["env_s"]
+                rollout.env_s += info["latency"]["env_s"] + spec.latency.env_s_per_token * len(token_ids)
                 rollout.tools.append(info.get("tool"))
                 if terminated or truncated:
                     rollout.reward, rollout.grade = float(reward), dict(info.get("grade", {}))

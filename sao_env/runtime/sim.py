@@ -27,7 +27,7 @@ from sao_env.agents.base import Agent
 from sao_env.errors import UserError
 from sao_env.policy.generate import row_key
 from sao_env.policy.mismatch import RolloutMismatch
-from sao_env.runtime.core import Request, RunState, Scheduler, train_metrics
+from sao_env.runtime.core import Request, RunState, Scheduler, completion_order_bias, train_metrics
 from sao_env.runtime.rollout import play
 from sao_env.runtime.spec import RuntimeSpec
 from sao_env.scenario import Scenario
@@ -132,7 +132,7 @@ class SimRuntime:
         request = self.core.start(task, self.deployed_version, now, self.env_rng.integers(2**31, size=G).tolist())
         request.row_keys = [row_key(self.seed, request.id, i) for i in range(G)]
         latency = self.scenario.spec.latency
-        request.earliest_end = now + latency.decode_s_per_token + min(latency.min_first_turn_s(s) for s in request.env_seeds)
+        request.earliest_end = now + latency.decode_s_per_token + min(latency.min_first_turn_s(s, task) for s in request.env_seeds)
         self.unplayed.append(request)
         if not self.spec.batch_generation:
             self._play_unplayed()
@@ -187,12 +187,17 @@ class SimRuntime:
         unconsumed request generated before V+1-max_staleness would be too stale: every such
         request already complete joins this batch (which may then exceed ``groups_per_update``),
         and if one is still running the learner waits for it (it is never dropped).
+
+        The update costs ``update_base_s + update_s_per_token x tokens x passes`` simulated seconds
+        (``update_passes``); ``async/completion_bias`` compares the batch with the one start order
+        would have formed (``core.completion_order_bias``).
         """
         if self.learner_busy or self.state.now >= self.scenario.duration_s:
             return
         requests = self.core.select(self.agent.version, self.state.now)
         if requests is None:
             return
+        bias = self._completion_bias(requests)
         self.core.take(requests, self.state.now)
         episodes = [e for r in requests for e in r.group]
         staleness = [self.agent.version - e.version for e in episodes]
@@ -202,15 +207,28 @@ class SimRuntime:
         self.learner_busy = True
         self.core.consumed(episodes, staleness)
         latency = self.scenario.spec.latency
-        tokens = sum(len(e.tokens_T) for e in episodes) * self.agent.train_passes
+        tokens = sum(len(e.tokens_T) for e in episodes) * update_passes(self.agent, self.spec.critic_parallel)
         cost = latency.update_base_s + latency.update_s_per_token * tokens
         record = {
             **metrics,
             **self.core.async_metrics(staleness),
             **train_metrics(episodes),
+            "async/completion_bias": bias,
             "perf/update_sim_s": cost,
         }
         self._push(self.state.now + cost, "update_done", record)
+
+    def _completion_bias(self, requests: list[Request]) -> float:
+        """``core.completion_order_bias`` of the batch about to be taken: the rewards of unfinished
+        episodes are those of their pending completion events (every request among the oldest
+        started is played: only the newest requests wait unplayed)."""
+        scheduled = {(p[0].id, p[1]): p[2].reward for _, _, kind, p in self._events if kind == "episode_done"}
+        pending = [*self.core.buffer, *self.core.blocked, *self.core.running.values()]
+
+        def rewards(request: Request) -> list[float]:
+            return [e.reward if e is not None else scheduled[(request.id, i)] for i, e in enumerate(request.group)]
+
+        return completion_order_bias(requests, pending, rewards)
 
     def _update_done(self, record: dict) -> None:
         self.learner_busy = False
@@ -226,6 +244,21 @@ class SimRuntime:
         self.core.unblock(self.state.now)
 
 
+def update_passes(agent: Agent, critic_parallel: bool) -> int:
+    """Passes over each consumed token that an update's simulated time is charged for.
+
+    In series (default) every model's passes add up: ``agent.train_passes`` (1 + K for a critic
+    agent). With ``critic_parallel`` the critic trains on a device of its own, overlapping the
+    actor's step: ``max(actor passes, K)``, where ``K = critic_updates`` and the actor's passes are
+    the rest (SAO with K=2: 2 instead of 3). The overlap is possible only because SAO's actor uses
+    the critic's values from before its K steps (``make_scheduler`` refuses other agents).
+    """
+    if not critic_parallel:
+        return agent.train_passes
+    critic = agent.config.critic_updates
+    return max(agent.train_passes - critic, critic)
+
+
 def make_scheduler(scenario: Scenario, agent: Agent, spec: RuntimeSpec) -> Scheduler:
     """The scheduling core for one run, after checking that one update's batch can ever be formed."""
     if agent.group_size > scenario.spec.rollout_slots:
@@ -233,6 +266,9 @@ def make_scheduler(scenario: Scenario, agent: Agent, spec: RuntimeSpec) -> Sched
     if spec.buffer_capacity < agent.group_size * agent.groups_per_update:
         raise UserError(f"buffer_capacity {spec.buffer_capacity} is smaller than one update's batch "
                         f"({agent.groups_per_update} groups of {agent.group_size} episodes)")
+    if spec.critic_parallel and getattr(getattr(agent, "config", None), "advantage_values", None) != "before_fit":
+        raise UserError(f"critic_parallel needs a critic whose pre-fit values the actor uses (sao with "
+                        f"advantage_values: before_fit); {agent.name}'s actor would wait for the critic")
     return Scheduler(max_staleness=spec.max_staleness, buffer_capacity=spec.buffer_capacity, on_full=spec.on_full,
                      group_size=agent.group_size, groups_per_update=agent.groups_per_update,
                      slots=scenario.spec.rollout_slots)

@@ -48,6 +48,9 @@ class RuntimeSpec(BaseModel):
     ``logit_noise`` perturbs its logits by ``rollout_noise_std`` (``sao_env.policy.mismatch``). Off by default."""
     rollout_noise_std: float = Field(0.1, ge=0, le=10)
     """``logit_noise`` only: std of the logit perturbation, in units of the final hidden state's RMS."""
+    critic_parallel: bool = False
+    """``sim``, SAO: the critic trains on a device of its own, so an update costs max(actor, critic)
+    passes per token instead of their sum (docs/runtime.md)."""
 
     @model_validator(mode="after")
     def _untempered(self) -> "RuntimeSpec":
