@@ -7,6 +7,10 @@ from and whether its tracked files differ from that commit (``dirty``; then ``di
 hashes ``git diff HEAD``; untracked files are not part of it), or only the package version
 where the package does not run from a git checkout. ``code_key`` turns it into one string:
 two runs have the same code exactly when their keys are equal.
+
+The harness's own outputs are not code: the diff leaves out ``OUTPUT_PATHS`` (the boards, the run
+directories, the benchmark results), so writing a leaderboard, a plot or a run never changes the
+code version that decides whether a finished run is reused.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ import sao_env
 
 PACKAGES = ("torch", "transformers", "datasets", "math-verify", "swebench", "sao-env")
 """Distributions whose versions a run records (None where one is not installed)."""
+
+OUTPUT_PATHS = ("leaderboards", "runs", "results")
+"""Folders of the checkout that the harness writes (``compare``/``leaderboard``/``sweep`` boards and
+plots, run directories, ``eval`` results): outside the code version even when tracked."""
 
 SOURCE_ROOT = Path(sao_env.__file__).resolve().parent.parent
 """The folder holding the ``sao_env`` package: the checkout in an editable install."""
@@ -54,7 +62,8 @@ def _git(*args: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def code_version() -> dict[str, Any]:
-    """``{"git_commit", "dirty", "diff_sha256", "sao_env"}`` of the running code, read once per process.
+    """``{"git_commit", "dirty", "diff_sha256", "sao_env"}`` of the running code, read once per process;
+    changes under ``OUTPUT_PATHS`` are not part of ``dirty`` and ``diff_sha256``.
 
     Git fields are None where the package is not in a git checkout (an installed wheel): then the
     package version alone names the code.
@@ -63,7 +72,7 @@ def code_version() -> dict[str, Any]:
     out: dict[str, Any] = {"git_commit": None, "dirty": None, "diff_sha256": None, "sao_env": sao_env.__version__}
     if commit is None:
         return out
-    diff = _git("diff", "HEAD", "--binary") or ""
+    diff = _git("diff", "HEAD", "--binary", "--", ".", *(f":(exclude){p}" for p in OUTPUT_PATHS)) or ""
     out.update(git_commit=commit.strip(), dirty=bool(diff),
                diff_sha256=hashlib.sha256(diff.encode()).hexdigest() if diff else None)
     return out

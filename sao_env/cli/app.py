@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import warnings
 
 import typer
@@ -61,12 +63,42 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 _format_warning = warnings.formatwarning
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a command ran (raised in the main thread by ``main``'s handlers).
+
+    A KeyboardInterrupt, so that code which cleans up on Ctrl-C does the same on SIGTERM."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_received: list[int] = []
+"""The signals ``main``'s handlers received during the current command (the first decides the exit code)."""
+
+
+def _stop(signum, frame) -> None:
+    _received.append(signum)
+    raise Stopped(signum)
+
+
+def stopped_line(signum: int, what: str = "") -> str:
+    """The one line a command stopped by a signal prints, e.g. ``sao-env: stopped by SIGINT (exit 130)``."""
+    return f"sao-env: stopped by {signal.Signals(signum).name}{'; ' + what if what else ''} (exit {128 + signum})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script: user errors become one line on stderr and exit code 2,
-    user warnings one line each."""
+    user warnings one line each. SIGINT and SIGTERM end any command with one line and 128 + the
+    signal's number (130, 143), as a shell reports a process the signal ended; a command that
+    handles the signal itself (a ``sim`` run writes a checkpoint) prints its own line instead."""
     warnings.formatwarning = _one_line_warning
+    _received.clear()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # typer returns the code of an Exit (KeyboardInterrupt: 130)
     except UserError as err:
         print(f"sao-env: error: {err}", file=sys.stderr)
         return 2
@@ -78,9 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     except _ClickException as err:
         print(f"sao-env: error: {err.format_message()}", file=sys.stderr)
         return 2
-    except (typer.Abort, KeyboardInterrupt):
-        print("sao-env: aborted", file=sys.stderr)
-        return 130
+    except (typer.Abort, KeyboardInterrupt) as err:
+        _received.append(getattr(err, "signum", signal.SIGINT))
+        code = None
     finally:
         warnings.formatwarning = _format_warning
-    return 0
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    if _received or code == 130:
+        signum = _received[0] if _received else signal.SIGINT
+        print(stopped_line(signum), file=sys.stderr)
+        return 128 + signum
+    return code if isinstance(code, int) else 0

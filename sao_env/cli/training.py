@@ -44,6 +44,17 @@ def _interrupted(err, resume_command: list[str]) -> None:
     raise SystemExit(err.exit_code)  # typer.Exit's code is dropped when the app runs with standalone_mode=False
 
 
+def _stopped(err: KeyboardInterrupt, what: str) -> None:
+    """A command stopped by SIGINT/SIGTERM without a checkpoint: one line saying what is left, 128 + signal."""
+    import signal
+
+    from sao_env.cli.app import stopped_line
+
+    signum = getattr(err, "signum", signal.SIGINT)
+    console.print(stopped_line(signum, what), soft_wrap=True, highlight=False, markup=False)
+    raise SystemExit(128 + signum)
+
+
 LOGGER_HELP = "Mirror metrics.jsonl to a tracker: tensorboard, wandb (offline unless $WANDB_MODE says otherwise); repeat or comma-separate."
 
 
@@ -78,11 +89,13 @@ def run(
     try:
         summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers,
                                  resume=resume, checkpoint_every=every)
-    except RunInterrupted as err:
+    except RunInterrupted as err:  # a sim run: it wrote a checkpoint
         _interrupted(err, ["sao-env", "run", "--env", env, "--agent", agent, "--seed", str(seed),
                            *(["--out", str(out)] if out is not None else []), *[f"--logger={x}" for x in loggers],
                            *([f"--checkpoint-every={checkpoint_every}"] if checkpoint_every != "25u" else []),
                            *(overrides or []), "--resume"])
+    except KeyboardInterrupt as err:  # SIGINT or SIGTERM (``cli.app.Stopped``) in a real-time run
+        _stopped(err, f"{plan.out} is unfinished (no summary.json)")
     console.print(f"run directory: {plan.out}")
     console.print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, indent=1))
 
