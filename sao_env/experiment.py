@@ -170,8 +170,13 @@ def build_agent(config: RunConfig, scenario: Scenario, *, show_progress: bool = 
     torch.manual_seed(config.seed)
     policy, tokenizer, _ = load_warm_started(config.agent.model, scenario, show_progress=show_progress)
     algo = ALGORITHMS[config.agent.algorithm]
-    return algo(policy, tokenizer, build_agent_config(config.agent), dis_band=scenario.spec.dis_band,
-                action_horizon=scenario.spec.max_new_tokens * scenario.spec.max_turns)
+    agent = algo(policy, tokenizer, build_agent_config(config.agent), dis_band=scenario.spec.dis_band,
+                 action_horizon=scenario.spec.max_new_tokens * scenario.spec.max_turns)
+    if getattr(agent.config, "value_pretrain_episodes", 0):  # before t=0, not charged (agents/value_pretrain.py)
+        from sao_env.agents.value_pretrain import pretrain_value
+        pretrain_value(agent, scenario, episodes=agent.config.value_pretrain_episodes,
+                       steps=agent.config.value_pretrain_steps, seed=config.seed)
+    return agent
 
 
 def expand_config(config: RunConfig) -> dict:

@@ -2,7 +2,8 @@
 
 Initialised from the policy (a deep copy of its backbone), the head zero-initialised so that the
 first values are 0; every attention module is frozen (matched by module name), so the critic
-adapts only its MLPs, norms, embeddings and head. Its update is a separate step with its own
+adapts only its MLPs, norms, embeddings and head (``freeze_attention=False``, an ablation, trains
+every weight). Its update is a separate step with its own
 optimizer and metrics, so that at scale it can run in its own worker.
 """
 
@@ -23,13 +24,17 @@ from sao_env.policy.lean import lean_decoder
 class ValueModel(nn.Module):
     """``values[b, t]`` = V(state just before token t), read from the hidden state at t-1; 0 at t=0."""
 
-    def __init__(self, policy: PreTrainedModel, *, frozen_pattern: str = r"(^|\.)(self_attn|attn|attention)$"):
+    def __init__(self, policy: PreTrainedModel, *, frozen_pattern: str = r"(^|\.)(self_attn|attn|attention)$",
+                 freeze_attention: bool = True):
         super().__init__()
         self.backbone = copy.deepcopy(getattr(policy, policy.base_model_prefix))
         hidden = policy.config.hidden_size
         self.head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        self.frozen_modules: list[str] = []
+        if not freeze_attention:
+            return
         pattern = re.compile(frozen_pattern)
         frozen = [name for name, _ in self.backbone.named_modules() if pattern.search(name)]
         if not frozen:
@@ -54,9 +59,10 @@ class Critic:
     """A ValueModel with its own Adam optimizer; ``step`` is one regression step on fixed returns."""
 
     def __init__(self, policy: PreTrainedModel, *, lr: float, grad_clip: float | None, agg: str,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, frozen_pattern: str | None = None):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, frozen_pattern: str | None = None,
+                 freeze_attention: bool = True):
         kwargs = {"frozen_pattern": frozen_pattern} if frozen_pattern else {}
-        self.model = ValueModel(policy, **kwargs).eval()  # no dropout, as for the policy
+        self.model = ValueModel(policy, freeze_attention=freeze_attention, **kwargs).eval()  # no dropout, as for the policy
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
         self.grad_clip, self.agg = grad_clip, agg
@@ -64,9 +70,10 @@ class Critic:
 
     @classmethod
     def for_agent(cls, policy: PreTrainedModel, config) -> "Critic":
-        """Build from an agent config that has critic_lr and critic_frozen_pattern (SAO, VAPO)."""
+        """Build from a critic agent's config (``SAOConfig`` and its subclasses)."""
         return cls(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
-                   betas=config.adam_betas, eps=config.adam_eps, frozen_pattern=config.critic_frozen_pattern)
+                   betas=config.adam_betas, eps=config.adam_eps, frozen_pattern=config.critic_frozen_pattern,
+                   freeze_attention=config.critic_freeze_attention)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:

@@ -13,43 +13,85 @@ Advantages use the values from before the critic is fitted on the batch (step 2)
 implementations do: a critic fitted on these very returns would explain part of each episode's
 own outcome away (with lambda near 1 the advantage shrinks towards zero on the batch it was
 fitted to). ``advantage_values: after_fit`` restores the other order for comparison.
+
+Steps 1-5 are the critic pipeline every critic recipe shares: VAPO and PPO (``vapo.py``) are this
+agent with another ``loss`` from ``sao_env.algos.POLICY_LOSSES`` (and its band), so VAPO - SAO is
+the loss alone. The ablation knobs (``critic_freeze_attention``, ``adaptive_lambda``/``lam``,
+``value_pretrain_*``, the segment-level losses of ``segment_dis.py``) are off at their defaults.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+import torch
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from sao_env.agents.base import Agent, AgentConfig, resolve_band
+from sao_env.agents.base import Agent, AgentConfig, Batch, resolve_band
 from sao_env.agents.critic import Critic
-from sao_env.algos import adaptive_lambda, dis_policy_loss, gae, masked_mean, masked_whiten
+from sao_env.agents.segment_dis import policy_losses
+from sao_env.algos import adaptive_lambda, gae, masked_mean, masked_whiten
 from sao_env.types import Episode
 
 
 class SAOConfig(AgentConfig):
     critic_lr: float = Field(1e-4, gt=0)
-    """Critic learning rate (Adam)."""
+    """Critic learning rate (Adam), its own setting (the paper: 5x the actor's, 5e-6 against 1e-6)."""
     critic_updates: int = Field(2, ge=1)
-    """K: critic steps per policy update."""
+    """K: critic steps per policy update (1: a critic no faster than the actor)."""
     critic_warmup_updates: int = Field(8, ge=0)
     """Learner updates during which only the critic trains (its cold start)."""
+    critic_freeze_attention: bool = True
+    """Freeze the critic's attention modules, as the paper does (False: every critic weight trains)."""
     critic_frozen_pattern: str | None = None
     """Regex over module names of attention blocks to freeze in the critic (None: the default)."""
+    adaptive_lambda: bool = True
+    """GAE lambda = 1 - 1/(alpha * l) per episode, l its action tokens (False: the fixed ``lam``)."""
     alpha: float = Field(1.5, gt=0)
     """Length-adaptive GAE lambda = 1 - 1/(alpha * l)."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """Fixed GAE lambda, used only when ``adaptive_lambda`` is off (PPO's 0.95)."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """Discount per action token, for the advantages and the critic's targets (the paper: 1)."""
     episodes_per_update: int = Field(8, ge=1)
     """N: single-rollout episodes (distinct prompts) consumed per update, in completion order; the
-    paper uses 128, 1 is the streaming extreme (agents/sao_streaming.yaml)."""
-    dis_eps_low: float | None = Field(None, gt=0, le=1)
-    """DIS band below 1 (None: the scenario's, 0.3 reasoning / 0.8 coding)."""
-    dis_eps_high: float | None = Field(None, gt=0)
-    """DIS band above 1 (None: the scenario's, 5.0 reasoning / 3.0 coding)."""
+    paper uses 128, 1 is the streaming extreme (agents/sao_streaming.yaml). The losses are token
+    means, so one Adam step is about lr long whatever N; the ablation grid scales both lrs by
+    sqrt(N/8) (Adam's square-root rule, Malladi et al. 2022) and the warm-up to the same ~80
+    trajectories (leaderboards/ablations/grid.yaml)."""
+    loss: str = "dis"
+    """Policy loss by name: any of ``sao_env.algos.POLICY_LOSSES`` (dis, ppo_clip, pg, ...) or a
+    segment-level DIS of ``sao_env.agents.segment_dis`` (dis_sequence, dis_step)."""
+    eps_low: float | None = Field(None, gt=0, le=1, validation_alias=AliasChoices("eps_low", "dis_eps_low"))
+    """Band (or clip) width below 1 (None: the scenario's DIS band, 0.3 reasoning / 0.8 coding)."""
+    eps_high: float | None = Field(None, gt=0, validation_alias=AliasChoices("eps_high", "dis_eps_high"))
+    """Band (or clip) width above 1 (None: the scenario's DIS band, 5.0 reasoning / 3.0 coding)."""
+    dual_clip: float | None = Field(None, gt=1)
+    """Dual-clip bound for negative advantages (ppo_clip only)."""
     whiten_advantages: bool = False
     """Whiten advantages over the batch's action tokens (off in the paper)."""
     advantage_values: Literal["before_fit", "after_fit"] = "before_fit"
     """Critic values the actor's advantages use: V_old, before the critic's K steps on this batch
     (default, as in PPO), or the values after them."""
+    value_pretrain_episodes: int = Field(0, ge=0)
+    """Value pretraining: episodes of the warm-start policy on phase-1 training tasks that the critic
+    is fitted on before t=0 (0: off). Not charged to simulated time (``value_pretrain.py``)."""
+    value_pretrain_steps: int = Field(40, ge=1)
+    """Critic steps of the value pretraining, each on ``episodes_per_update`` of its episodes in turn."""
+
+    @field_validator("loss")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        known = policy_losses()
+        if name not in known:
+            raise ValueError(f"unknown loss {name!r}; known: {', '.join(known)}")
+        return name
+
+    @model_validator(mode="after")
+    def _frozen_pattern_needs_freezing(self):
+        if self.critic_frozen_pattern is not None and not self.critic_freeze_attention:
+            raise ValueError("critic_frozen_pattern is set but critic_freeze_attention is false")
+        return self
 
 
 class SAOAgent(Agent):
@@ -61,32 +103,38 @@ class SAOAgent(Agent):
         super().__init__(policy, tokenizer, config, dis_band=dis_band, action_horizon=action_horizon)
         self.critic = Critic.for_agent(policy, config)
         self.groups_per_update = config.episodes_per_update
-        self.eps_low, self.eps_high = resolve_band(config.dis_eps_low, config.dis_eps_high, dis_band)
+        self.eps_low, self.eps_high = resolve_band(config.eps_low, config.eps_high, dis_band)
+        self.policy_loss = policy_losses()[config.loss]
 
     @property
     def train_passes(self) -> int:
         return 1 + self.config.critic_updates
 
+    def advantages(self, batch: Batch, values_BT: torch.Tensor) -> torch.Tensor:
+        """Step 2: token-level GAE (skip-observation) on ``values_BT``, adaptive or fixed lambda."""
+        cfg = self.config
+        lam = adaptive_lambda(batch.num_actions_B, cfg.alpha) if cfg.adaptive_lambda else cfg.lam
+        advantages, _ = gae(batch.rewards_BT, values_BT, batch.mask_BT, gamma=cfg.gamma, lam=lam)
+        return masked_whiten(advantages, batch.mask_BT) if cfg.whiten_advantages else advantages
+
     def update(self, episodes: list[Episode]) -> dict[str, float]:
+        cfg = self.config
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
         values_old = self.critic.values(batch)
-        metrics = self.critic.fit(batch, steps=self.config.critic_updates, gamma=1.0, values_BT=values_old)
+        metrics = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma, values_BT=values_old)
         self.updates += 1
-        if self.updates <= self.config.critic_warmup_updates:
+        if self.updates <= cfg.critic_warmup_updates:
             return metrics | {"actor/warmup": 1.0}
 
-        lam = adaptive_lambda(batch.num_actions_B, self.config.alpha)
-        values = values_old if self.config.advantage_values == "before_fit" else self.critic.values(batch)
-        advantages, _ = gae(batch.rewards_BT, values, mask, gamma=1.0, lam=lam)
-        if self.config.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+        values = values_old if cfg.advantage_values == "before_fit" else self.critic.values(batch)
+        advantages = self.advantages(batch, values)
 
         def loss_fn(logp):
-            return dis_policy_loss(logp, batch.rollout_logp_BT, advantages, mask,
-                                   eps_low=self.eps_low, eps_high=self.eps_high, agg=self.config.agg,
-                                   horizon=self.action_horizon)
+            return self.policy_loss(logp, batch.rollout_logp_BT, advantages, mask, eps_low=self.eps_low,
+                                    eps_high=self.eps_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
+                                    horizon=self.action_horizon)
 
         metrics |= self.actor_step(batch, loss_fn)
         return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": masked_mean(advantages, mask).item()}
