@@ -95,12 +95,13 @@ WARMUP_STEPS = 2
 RESULT = "RESULT "
 
 
-def sao_config(first_phase_h: float) -> RunConfig:
-    """sao-env's GRPO on style-drift, seed 0, the first phase lasting ``first_phase_h`` simulated hours."""
+def sao_config(first_phase_h: float, extra: tuple[str, ...] = ()) -> RunConfig:
+    """sao-env's GRPO on style-drift, seed 0, the first phase lasting ``first_phase_h`` simulated hours
+    (``extra``: further overrides, for tests)."""
     phases = len(resolve_config(ENV, RECIPE, SEED).env.phases)
     cut = [f"env.phases.0.duration_h={first_phase_h:.6g}"]
     cut += [f"env.phases.{i}.duration_h={LATER_PHASES_H}" for i in range(1, phases)]
-    return resolve_config(ENV, RECIPE, SEED, cut)
+    return resolve_config(ENV, RECIPE, SEED, [*cut, *extra])
 
 
 def first_phase_tasks(scenario: Scenario, seed: int, n: int) -> list[Task]:
