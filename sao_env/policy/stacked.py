@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from sao_env.policy.generate import Sample, _draw, row_uniforms, sequence_logprobs
-from sao_env.policy.lean import LeanDecoder
+from sao_env.policy.lean import KVCache, LeanDecoder, lean_decoder
 
 SMALL_M = 4
 """Matrix products with fewer rows than this round differently from larger ones (measured, module docstring)."""
@@ -76,7 +76,6 @@ class StackedDecoder:
         if not models:
             raise ValueError("StackedDecoder needs at least one model")
         self.models = list(models)
-        self.leans = [LeanDecoder(m) for m in self.models]
         for m in self.models:
             if not LeanDecoder.supports(m):
                 raise ValueError(f"{type(m).__name__} is not a configuration the lean forward reproduces")
@@ -92,7 +91,9 @@ class StackedDecoder:
         for m in self.models[1:]:
             if [(p.shape, p.dtype) for p in m.parameters()] != [(p.shape, p.dtype) for p in self.models[0].parameters()]:
                 raise ValueError("models differ in their parameters' shapes or dtypes")
+        self.leans = [lean_decoder(m) or LeanDecoder(m) for m in self.models]  # the instance sample() uses
         lean = self.leans[0]
+        self.num_layers = len(lean.backbone.layers)
         self.num_heads, self.num_kv_heads, self.head_dim = lean.num_heads, lean.num_kv_heads, lean.head_dim
         self.eps = lean.eps
         self.scaling = lean.backbone.layers[0].self_attn.scaling
@@ -354,63 +355,67 @@ def sample_many(
 
 def _decode(stacked: StackedDecoder, order, prompts, row_keys, *, max_new_tokens, eos_token_id, pad_token_id,
             temperature, top_p):
-    """``generate._sample_lean`` for the models ``order`` (sorted by longest prompt) at once."""
-    w = stacked.weights(order, fused=True)
+    """``generate._sample_lean`` for the models ``order`` (sorted by longest prompt) at once.
+
+    Each model's prefill is its own lean pass (prefill is arithmetic-bound: a shared pass would only
+    add padded rows), written into its block of the shared cache; the decode steps are stacked.
+    A finished row stays in its slot, computed and ignored, while its model keeps SMALL_M or more
+    rows running (products are row-independent there); below that, the model's running rows are
+    moved to the front of its block, in order, as ``_sample_lean`` keeps them.
+    """
     K = len(order)
     B = max(len(p) for p in prompts)
     own = [max(len(p) for p in ps) for ps in prompts]
     L = max(own)
     width = L + max_new_tokens
-    lean = stacked.leans[0]
-    valid = torch.zeros((K * B, width), dtype=torch.bool)
-    ids = torch.full((K, B, L), pad_token_id, dtype=torch.long)
-    lengths = np.zeros((K, B), dtype=np.int64)
-    for j, ps in enumerate(prompts):
-        for i, p in enumerate(ps):
-            ids[j, i, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            valid[j * B + i, L - len(p):L] = True
-            lengths[j, i] = len(p)
-        valid[j * B + len(ps) : (j + 1) * B, L - own[j] : L] = True  # rows it lacks: finite, never read
-    keys = np.zeros((K, B), dtype=np.uint64)
-    for j, ks in enumerate(row_keys):
-        keys[j, : len(ks)] = np.array(ks, dtype=np.uint64)
+    dtype = stacked.leans[0].backbone.embed_tokens.weight.dtype
     shape = (K * B, stacked.num_kv_heads, width, stacked.head_dim)
-    layers = len(w.layers)
-    dtype = w.embed.dtype
+    layers = stacked.num_layers
     cache = _Cache([torch.zeros(shape, dtype=dtype) for _ in range(layers)],
-                   [torch.zeros(shape, dtype=dtype) for _ in range(layers)])
-    positions = (valid[:, :L].view(K, B, L).long().cumsum(-1) - 1).clamp(min=0)
-
-    # Prefill: one pass per prompt length, over exactly that length's window (as each model alone).
+                   [torch.zeros(shape, dtype=dtype) for _ in range(layers)], length=L)
+    valid = torch.zeros((K * B, width), dtype=torch.bool)
+    valid[:, :L] = _left_aligned_window(own, B, L)  # slots without a prompt: finite keys, never read
+    step_pos = torch.zeros(K * B, dtype=torch.long)
+    lengths = np.zeros((K, B), dtype=np.int64)
+    keys = np.zeros((K, B), dtype=np.uint64)
+    logits_per_model = []
+    for j, (ps, model_index) in enumerate(zip(prompts, order)):
+        lean = stacked.leans[model_index]
+        n, longest = len(ps), own[j]
+        input_ids = torch.full((n, longest), pad_token_id, dtype=torch.long)
+        mine = torch.zeros((n, longest), dtype=torch.bool)
+        for i, p in enumerate(ps):
+            input_ids[i, longest - len(p):] = torch.tensor(p, dtype=torch.long)
+            mine[i, longest - len(p):] = True
+            lengths[j, i] = len(p)
+        keys[j, :n] = np.array(row_keys[j], dtype=np.uint64)
+        positions = (mine.long().cumsum(-1) - 1).clamp(min=0)
+        rows = slice(j * B, j * B + n)
+        view = KVCache([c[rows, :, L - longest:] for c in cache.keys], [c[rows, :, L - longest:] for c in cache.values])
+        hidden = lean.hidden(input_ids, position_ids_BT=positions, key_valid_BS=mine, cache=view)
+        logits_per_model.append(lean.logits(hidden[:, -1]).float())
+        valid[rows, L - longest : L] = mine
+        step_pos[rows] = positions[:, -1]
+    w = stacked.weights(order, fused=True)
     spans = _spans(own)
-    live = [len(ps) for ps in prompts]
-    rows: list[list[int]] = [list(range(n)) for n in live]  # prompt index of each live row, per model
-    last_hidden = torch.empty((K, B, w.embed.shape[-1]), dtype=dtype)
-    for first, end in spans:
-        start = L - own[first]
-        sub = _Cache([c[first * B : end * B] for c in cache.keys], [c[first * B : end * B] for c in cache.values], start)
-        sub_w = _slice(w, first, end)
-        group = _AttentionGroup(0, end - first, start=start, key_valid=valid[first * B : end * B, start:L])
-        h = stacked.hidden(sub_w, ids[first:end, :, start:], positions[first:end, :, start:], live[first:end], [group],
-                           cache=sub, fused=True)
-        last_hidden[first:end] = h[:, :, -1]
-    cache.length = L
+    slots = [list(range(len(ps))) for ps in prompts]  # block slot of each running row, per model
+    rows_of = [list(range(len(ps))) for ps in prompts]  # its prompt index
     tokens = [[[] for _ in ps] for ps in prompts]
     logps = [[[] for _ in ps] for ps in prompts]
     finished = [[False] * len(ps) for ps in prompts]
-    hidden = last_hidden
-    step_pos = positions[:, :, -1]  # (K, B)
+    logits = torch.cat(logits_per_model)  # step 0: the running rows in order
     for step in range(max_new_tokens):
-        logits = stacked.logits(w, hidden, live).float()  # (K, B, V)
-        flat = [(j, r) for j in range(K) for r in range(live[j])]
-        pick = torch.tensor([j * B + r for j, r in flat], dtype=torch.long)
-        counters = np.array([lengths[j, rows[j][r]] + step for j, r in flat], dtype=np.int64)
-        u = row_uniforms(np.array([keys[j, rows[j][r]] for j, r in flat], dtype=np.uint64), counters)
-        next_ids, next_logp = _draw(logits.view(K * B, -1)[pick], temperature, top_p, None, u)
+        flat = [(j, r) for j in range(K) for r in range(len(slots[j]))]
+        where = torch.tensor([j * B + slots[j][r] for j, r in flat], dtype=torch.long)
+        if step:
+            logits = logits.view(K * B, -1)[where]
+        counters = np.array([lengths[j, rows_of[j][r]] + step for j, r in flat], dtype=np.int64)
+        u = row_uniforms(np.array([keys[j, rows_of[j][r]] for j, r in flat], dtype=np.uint64), counters)
+        next_ids, next_logp = _draw(logits, temperature, top_p, None, u)
         next_list, logp_list = next_ids.tolist(), next_logp.tolist()
         keep: list[list[int]] = [[] for _ in range(K)]
         for n, (j, r) in enumerate(flat):
-            row = rows[j][r]
+            row = rows_of[j][r]
             tokens[j][row].append(next_list[n])
             logps[j][row].append(logp_list[n])
             if next_list[n] == eos_token_id:
@@ -419,26 +424,39 @@ def _decode(stacked: StackedDecoder, order, prompts, row_keys, *, max_new_tokens
                 keep[j].append(r)
         if step == max_new_tokens - 1 or not any(keep):
             break
+        step_ids = torch.full((K * B,), pad_token_id, dtype=torch.long)
+        step_ids[where] = next_ids
         col = cache.length
         valid[:, col] = True
-        step_ids = torch.full((K * B,), pad_token_id, dtype=torch.long)
-        step_ids[pick] = next_ids
-        step_pos = step_pos + 1
-        if any(len(keep[j]) < live[j] for j in range(K)):  # drop finished rows, each model's live rows first
-            newB = max(len(kp) for kp in keep)
-            index = torch.tensor([j * B + (keep[j][r] if r < len(keep[j]) else 0) for j in range(K) for r in range(newB)])
-            cache.keys = [_keep_rows(c, index, cache.length) for c in cache.keys]
-            cache.values = [_keep_rows(c, index, cache.length) for c in cache.values]
-            valid, step_ids = valid[index], step_ids[index]
-            step_pos = step_pos.reshape(-1)[index].view(K, newB)
-            rows = [[rows[j][r] for r in keep[j]] for j in range(K)]
-            live = [len(kp) for kp in keep]
-            B = newB
+        step_pos += 1
+        for j in range(K):
+            if len(keep[j]) == len(slots[j]):
+                continue
+            kept_slots = [slots[j][r] for r in keep[j]]
+            rows_of[j] = [rows_of[j][r] for r in keep[j]]
+            if len(kept_slots) < SMALL_M and kept_slots != list(range(len(kept_slots))):
+                src = torch.tensor(kept_slots) + j * B
+                dst = slice(j * B, j * B + len(kept_slots))
+                for c in (*cache.keys, *cache.values):
+                    c[dst, :, :col] = c[src, :, :col]
+                valid[dst], step_ids[dst], step_pos[dst] = valid[src], step_ids[src], step_pos[src]
+                kept_slots = list(range(len(kept_slots)))
+            slots[j] = kept_slots
+        live = [len(s) for s in slots]
         groups = [_AttentionGroup(first, end, start=L - own[first],
                                   key_valid=valid[first * B : end * B, L - own[first] : col + 1]) for first, end in spans]
-        hidden = stacked.hidden(w, step_ids.view(K, B, 1), step_pos[:, :, None], live, groups, cache=cache,
+        hidden = stacked.hidden(w, step_ids.view(K, B, 1), step_pos.view(K, B, 1), live, groups, cache=cache,
                                 fused=True)[:, :, 0]
+        logits = stacked.logits(w, hidden, live).float()
     return tokens, logps, finished
+
+
+def _left_aligned_window(own: Sequence[int], B: int, L: int) -> torch.Tensor:
+    """(K*B, L): True on each model's own prompt window (its last ``own[j]`` columns)."""
+    window = torch.zeros((len(own) * B, L), dtype=torch.bool)
+    for j, longest in enumerate(own):
+        window[j * B : (j + 1) * B, L - longest :] = True
+    return window
 
 
 def _spans(values: Sequence[int]) -> list[tuple[int, int]]:
@@ -449,20 +467,6 @@ def _spans(values: Sequence[int]) -> list[tuple[int, int]]:
             spans.append((first, i))
             first = i
     return spans
-
-
-def _slice(w: _Weights, first: int, end: int) -> _Weights:
-    def cut(pair):
-        return pair[0][first:end], None if pair[1] is None else pair[1][first:end]
-
-    layers = [_Layer(l.norm1[first:end], l.norm2[first:end], [cut(p) for p in l.proj]) for l in w.layers]
-    return _Weights(w.embed[first:end], layers, w.norm[first:end], cut(w.head))
-
-
-def _keep_rows(cached: torch.Tensor, rows: torch.Tensor, length: int) -> torch.Tensor:
-    kept = cached.new_zeros((len(rows), *cached.shape[1:]))
-    torch.index_select(cached[:, :, :length], 0, rows, out=kept[:, :, :length])
-    return kept
 
 
 # -- learner ---------------------------------------------------------------------------------------
