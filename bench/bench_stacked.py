@@ -18,8 +18,8 @@ tiny-qwen2 policy (the style-drift warm start when it is cached, else a fresh ti
 5. the learner pass (``sequence_logprobs`` forward and backward) over K runs stacked against K
    separate passes: time, and how many parameters' gradients are bit-identical.
 
-Run: ``python bench/bench_stacked.py [--rounds 3] [--quick]``. Timings are medians of interleaved
-rounds on one thread; on a shared machine they are noisy, the ratios less so.
+Run: ``python bench/bench_stacked.py [--rounds 5] [--quick]``. Timings are the best of interleaved
+rounds on one thread (a shared machine slows some rounds; the best is the least disturbed).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT", "MKL_NUM_THR
 os.environ.update(PINNED)
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -83,14 +82,15 @@ def variants(model, k: int, sigma: float = 0.01):
 
 
 def timeit(fn, repeat: int, inner: int = 1) -> float:
-    """Median seconds of one call over ``repeat`` timings of ``inner`` calls."""
+    """Seconds of one call: the best of ``repeat`` timings of ``inner`` calls (the least disturbed by
+    other processes on a shared machine)."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(inner):
             fn()
         times.append((time.perf_counter() - start) / inner)
-    return statistics.median(times)
+    return min(times)
 
 
 def diff(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -194,7 +194,7 @@ def row_independence(model, prompts_by_phase, tok, max_new):
 # -- 2. per-call cost -------------------------------------------------------------------------------------
 def call_costs(model, prompts, repeat):
     lean = LeanDecoder(model)
-    print("\n2. Cost per call of the lean forward (median ms; one thread), 39-token prompts")
+    print("\n2. Cost per call of the lean forward (best ms; one thread), 39-token prompts")
     print(f"   {'B':>3} {'prefill':>9} {'decode step':>12} {'step/row':>9}")
     p = prompts[0]
     with torch.no_grad():
@@ -355,7 +355,7 @@ def generation(base, tok, prompts_by_phase, max_new, rounds, calls, mixed: bool)
         a, b = separate(), together()
         same = sum(x.token_ids == y.token_ids and x.logps == y.logps and x.finished == y.finished
                    for ra, rb in zip(a, b) for sa, sb in zip(ra, rb) for x, y in zip(sa, sb))
-        ep_sep, ep_st = episodes / statistics.median(t_sep), episodes / statistics.median(t_st)
+        ep_sep, ep_st = episodes / min(t_sep), episodes / min(t_st)
         print(f"   {K:>2} {ep_sep:>14.0f} {ep_st:>13.0f} {ep_st / ep_sep:>8.2f}x  {same}/{episodes}")
 
 
@@ -408,7 +408,7 @@ def learner(base, tok, prompts_by_phase, max_new, repeat):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per figure")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per figure")
     parser.add_argument("--calls", type=int, default=12, help="generation calls per run and round in section 4")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     args = parser.parse_args()
