@@ -1,0 +1,66 @@
+"""Pinned numerics (sao_env/numerics.py): a run's bits do not depend on the dispatch level the
+machine offers or the environment asks for.
+
+Each case is the same short SAO run in a fresh process. The pinned run must give the same logs
+(a) when the caller's environment asks for another ATen level and MKL mode (the pin overrides
+them), and (b) as an unpinned run on an emulated AVX2-only machine (every library capped at AVX2
+by hand). A control shows the test can fail: on a machine that offers AVX-512, the unpinned
+native run differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SHRINK_TASKS
+from sao_env.numerics import PINNED_ENV, cpu_flags, pin
+
+pytestmark = pytest.mark.slow
+
+CUT = [*SHRINK_TASKS, "env.phases.0.duration_h=0.008", "env.phases.1.duration_h=0.008",
+       "env.phases.2.duration_h=0.008", "env.eval.interval_h=0.008", "env.eval.prompts_per_phase=8",
+       "env.rollout_slots=8", "agent.hparams.critic_warmup_updates=1"]
+
+
+def _run(tmp_path: Path, name: str, env: dict[str, str]) -> dict[str, str]:
+    out = tmp_path / name
+    full = {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k != "SAO_ENV_NUMERICS"}
+    full.update(env)
+    done = subprocess.run([sys.executable, "-m", "sao_env.cli", "run", "--env", "style-drift", "--agent", "sao",
+                           "--seed", "0", "--out", str(out), *CUT], env=full, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {log: hashlib.sha256((out / log).read_bytes()).hexdigest()
+            for log in ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")}
+
+
+@pytest.mark.skipif("avx2" not in cpu_flags(), reason="the pin needs an x86-64 CPU with AVX2")
+def test_a_pinned_run_has_the_same_bytes_whatever_the_levels_asked_or_offered(tmp_path):
+    pinned = _run(tmp_path, "pinned", {})
+    asked_otherwise = _run(tmp_path, "asked", {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"})
+    avx2_machine = _run(tmp_path, "avx2", {"SAO_ENV_NUMERICS": "native", **PINNED_ENV})
+    assert asked_otherwise == pinned
+    assert avx2_machine == pinned
+    if "avx512f" in cpu_flags():  # the control: without the pin this machine's own kernels change the bits
+        assert _run(tmp_path, "native", {"SAO_ENV_NUMERICS": "native"})["metrics.jsonl"] != pinned["metrics.jsonl"]
+
+
+def test_the_pin_refuses_after_torch_and_records_why(monkeypatch):
+    import sao_env.numerics as numerics
+
+    monkeypatch.setattr(numerics, "_STATE", {"pinned": False, "reason": "not applied"})
+    monkeypatch.setenv("SAO_ENV_NUMERICS", "pinned")
+    import torch  # noqa: F401  (already loaded in the test process)
+
+    state = pin()
+    assert state == {"pinned": False, "reason": "torch was imported before sao_env"} or \
+        state["reason"] in ("the CPU has no AVX2",) or state["reason"].startswith("not x86-64")
+    monkeypatch.setattr(numerics, "_STATE", {"pinned": False, "reason": "not applied"})
+    monkeypatch.setenv("SAO_ENV_NUMERICS", "native")
+    assert pin() == {"pinned": False, "reason": "SAO_ENV_NUMERICS=native"}
