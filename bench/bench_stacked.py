@@ -270,22 +270,20 @@ def formulations(base, prompts, repeat):
                     prompts_k = [[p] * B for _ in range(K)]
                     keys = [[row_key(k, i) for i in range(B)] for k in range(K)]
 
-                    def own():
-                        return [sample(m, prompts_k[k], row_keys=keys[k], max_new_tokens=1, eos_token_id=-1,
+                    def own(tokens=1):
+                        return [sample(m, prompts_k[k], row_keys=keys[k], max_new_tokens=tokens, eos_token_id=-1,
                                        pad_token_id=0) for k, m in enumerate(models)]
 
-                    def st():
-                        return sample_many(stacked, prompts_k, row_keys=keys, max_new_tokens=1, eos_token_id=-1,
+                    def st(tokens=1):
+                        return sample_many(stacked, prompts_k, row_keys=keys, max_new_tokens=tokens, eos_token_id=-1,
                                            pad_token_id=0)
 
                     # a 1-token sample is a prefill; a decode step is the difference of 2 and 1 tokens
                     def own2():
-                        return [sample(m, prompts_k[k], row_keys=keys[k], max_new_tokens=2, eos_token_id=-1,
-                                       pad_token_id=0) for k, m in enumerate(models)]
+                        return own(2)
 
                     def st2():
-                        return sample_many(stacked, prompts_k, row_keys=keys, max_new_tokens=2, eos_token_id=-1,
-                                           pad_token_id=0)
+                        return st(2)
 
                     t_own = timeit(own2, repeat, 5) - timeit(own, repeat, 5)
                     t_st = timeit(st2, repeat, 5) - timeit(st, repeat, 5)

@@ -189,3 +189,16 @@ def pytest_collection_modifyitems(config, items):
     """Slow tests first (a stable sort keeps each file's order): with ``--dist loadfile`` their files
     start at once on the workers instead of forming the run's tail."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def tiny():
+    """A fresh tiny Qwen2 policy (seeded) and the character tokenizer."""
+    import torch
+
+    from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
+
+    torch.set_num_threads(1)
+    spec = ModelSpec(name="tiny-qwen2")
+    tok = build_tokenizer(spec)
+    return build_policy(spec, tok, seed=0), tok

@@ -20,20 +20,11 @@ from sao_env.algos import POLICY_LOSSES, adaptive_lambda, dis_policy_loss, gae
 from sao_env.errors import UserError
 from sao_env.experiment import build_agent_config, expand_config, resolve_config
 from sao_env.policy.generate import sequence_logprobs
-from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
 from sao_env.policy.warmstart import load_warm_started
 from sao_env.scenario import Scenario
 from sao_env.types import Episode
 
 GRID = Path(__file__).resolve().parents[1] / "leaderboards" / "ablations" / "grid.yaml"
-
-
-@pytest.fixture
-def tiny():
-    torch.set_num_threads(1)
-    spec = ModelSpec(name="tiny-qwen2")
-    tok = build_tokenizer(spec)
-    return build_policy(spec, tok, seed=0), tok
 
 
 # -- one critic pipeline: VAPO - SAO is the loss alone --------------------------------------------

@@ -25,15 +25,6 @@ def scenario():
     return load_scenario("style-drift")
 
 
-@pytest.fixture
-def tiny():
-    """A fresh tiny Qwen2 policy (seeded) and the character tokenizer."""
-    torch.set_num_threads(1)
-    spec = ModelSpec(name="tiny-qwen2")
-    tok = build_tokenizer(spec)
-    return build_policy(spec, tok, seed=0), tok
-
-
 def make_episodes(policy, tok, scenario, rewards, *, group_size=1, seed=0, version=0) -> list[Episode]:
     """Episodes sampled from ``policy`` (``len(rewards) // group_size`` prompts, ``group_size`` each),
     with the given rewards in order and the rollout log-probs recorded by ``sample``."""
