@@ -89,7 +89,8 @@ def _dry(capsys, argv) -> dict[str, tuple[str, str]]:
     plan = {}
     for line in out.splitlines():
         action, path, why = line.split(None, 2)
-        plan[path] = (action, why)
+        if action != "write":  # the board folder and files, not a run
+            plan[path] = (action, why)
     return plan
 
 

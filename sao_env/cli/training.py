@@ -55,6 +55,21 @@ def _stopped(err: KeyboardInterrupt, what: str) -> None:
     raise SystemExit(128 + signum)
 
 
+DEFAULT_BOARDS = Path("runs") / "leaderboards"
+"""Where boards go unless the user names a folder: under ``runs/`` (ignored by git), never the committed ``leaderboards/``."""
+
+
+def board_folder(leaderboard_dir: Path | None, runs_dir: Path) -> Path:
+    """The folder ``compare`` writes its boards to: the one given, else ``RUNS_DIR/leaderboards``."""
+    return Path(leaderboard_dir) if leaderboard_dir is not None else Path(runs_dir) / "leaderboards"
+
+
+def board_files(env_name: str) -> list[str]:
+    """The files one scenario's board writes into its folder (``sao_env.leaderboard.write_board``)."""
+    return [f"{env_name}.md", f"{env_name}.csv", f"{env_name}-runs.csv", f"{env_name}-curves.csv",
+            f"{env_name}.png", "index.html", "README.md"]
+
+
 LOGGER_HELP = "Mirror metrics.jsonl to a tracker: tensorboard, wandb (offline unless $WANDB_MODE says otherwise); repeat or comma-separate."
 
 
@@ -106,11 +121,11 @@ def compare(
     seeds: str = typer.Option("0", "--seeds", help="Comma-separated seeds, or a count like 3 (= 0,1,2) with --num-seeds."),
     num_seeds: Optional[int] = typer.Option(None, "--num-seeds", min=1, help="Use seeds 0..N-1 (overrides --seeds)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
-    leaderboard_dir: Path = typer.Option(Path("leaderboards"), "--leaderboard-dir", help="Where tables and the plot go."),
+    leaderboard_dir: Optional[Path] = typer.Option(None, "--leaderboard-dir", help="Where tables, the plot, the site and the summary go (default: RUNS_DIR/leaderboards, outside the tracked tree; the committed boards only when asked: --leaderboard-dir leaderboards)."),
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process with one torch thread (default: the number of cores)."),
     logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would make and those it would reuse, with why, and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would make and those it would reuse, with why, and the board files it would write, and exit."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help=CHECKPOINT_HELP),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides applied to every run."),
 ) -> None:
@@ -125,6 +140,7 @@ def compare(
 
     seed_list = list(range(num_seeds)) if num_seeds else _int_list(seeds)
     names = [a.strip() for a in agents.split(",") if a.strip()]
+    leaderboard_dir = board_folder(leaderboard_dir, runs_dir)
     loggers = parse_loggers(logger)
     every = _checkpoint_every(checkpoint_every)
     plans = list({p.out: p for p in (plan_run(env, a, s, overrides or [], runs_dir=runs_dir)
@@ -135,6 +151,7 @@ def compare(
     if dry_run:
         for plan, reuse, why in decisions:
             typer.echo(f"{'reuse' if reuse else 'run':<5}  {plan.out}  {why}")
+        typer.echo(f"write  {leaderboard_dir}  {', '.join(board_files(plans[0].config.env.name))}")
         return
     require(loggers)
     todo = [plan for plan, reuse, why in decisions if not reuse]
@@ -172,7 +189,7 @@ def compare(
 
 def leaderboard(
     runs: Optional[list[Path]] = typer.Argument(None, help="Run directories, folders containing them, or leaderboard tables: per-seed <env>-runs.csv or aggregated <env>.csv."),
-    out_dir: Path = typer.Option(Path("leaderboards"), "--out", help="Where the tables, plots and index.html go."),
+    out_dir: Path = typer.Option(DEFAULT_BOARDS, "--out", help="Where the tables, plots, index.html and README.md go (default: runs/leaderboards, outside the tracked tree; the committed boards only when asked: --out leaderboards)."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Write DIR/README.md, the cross-scenario summary, from DIR's per-seed tables (<env>-runs.csv) and DIR/tuning/."),
 ) -> None:
     """Rebuild leaderboard tables, plots, the site (index.html) and the summary (README.md) from runs or committed tables."""
