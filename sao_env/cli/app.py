@@ -50,6 +50,7 @@ from sao_env.cli import benchmarks, sweep, training  # noqa: E402  (each registe
 
 training.register(app)
 sweep.register(app)
+from sao_env.cli import grid as _grid; _grid.register(app)  # noqa: E402,E702
 benchmarks.register(app)
 
 

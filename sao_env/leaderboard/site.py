@@ -9,7 +9,9 @@ online reward ± CI and the rank the seeds support, each board's minimum detecta
 boards at another budget named apart), one section per scenario, the flagship first (header facts
 with power, ranks and collapses; plot; headline columns, the other columns on demand; paired
 differences and paired tests; rows at another budget in their own tables), the benchmark
-evaluations when there are any, and the rule. Shading marks only a lead the seeds support.
+evaluations when there are any, the maps of the grids whose outputs sit in the folder's
+subfolders (``maps.maps_section``: title, figure, aggregate tables), and the rule. Shading marks
+only a lead the seeds support.
 
 Sorting: a click on a column header sorts that table (again: the other direction); the address
 ``index.html#sort=<table id>:<column key>:<asc|desc>`` opens the page sorted that way.
@@ -142,7 +144,11 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
     ranked, apart = split_budgets(boards)
     has_bench = bench is not None and not bench.empty
     nav = ['<a href="#summary">summary</a>'] + [f'<a href="#{_sid(b.env)}">{e(b.env)}</a>' for b in boards]
-    nav += (['<a href="#benchmarks">benchmarks</a>'] if has_bench else []) + ['<a href="#rule">rule</a>']
+    from sao_env.leaderboard.maps import maps_section
+
+    map_html = maps_section(folder)
+    nav += (['<a href="#benchmarks">benchmarks</a>'] if has_bench else []) + (['<a href="#maps">maps</a>'] if map_html else [])
+    nav += ['<a href="#rule">rule</a>']
     bench_words = (f", {len(bench)} benchmark evaluation{'s' if len(bench) != 1 else ''}" if has_bench else "")
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -161,6 +167,7 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         _summary(ranked, apart),
         *[_scenario(b, folder) for b in boards],
         _benchmarks(bench) if has_bench else "",
+        map_html,
         '<section id="rule"><h2>The rule</h2><ul>' + "".join(f"<li>{r}</li>" for r in RULE) + "</ul></section>",
         '<footer>Columns are defined in docs/metrics.md. Every table sorts by a click on its header; '
         "<code>#sort=TABLE:COLUMN:asc|desc</code> in the address opens it sorted.</footer>",

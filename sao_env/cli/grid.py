@@ -1,0 +1,98 @@
+"""The ``grid`` command: a grid of whole experiments (rows x axes x scenarios x seeds) into per-seed and aggregate tables and a map."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from sao_env.errors import UserError
+
+console = Console(stderr=True)
+
+FIGURES = ("value", "difference")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("grid")(grid)
+
+
+def default_out(path: Path) -> Path:
+    """Where a grid's outputs go unless ``--out`` names a folder: ``runs/grids/<name>`` (outside the
+    tracked tree), the name being the file's stem, or its folder's name for a file called ``grid.yaml``."""
+    path = Path(path)
+    name = path.parent.name if path.stem == "grid" and path.parent.name else path.stem
+    return Path("runs") / "grids" / name
+
+
+def grid(
+    path: Path = typer.Argument(..., help="The grid file (YAML: rows, scenarios, seeds, baseline; optional axes, cut, metric)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the tables, the figure and the log (default: runs/grids/NAME)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process (default: the number of cores)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, replacing the grid's."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="The metric ranked, tested and drawn (default: the grid's, else online_reward)."),
+    figure: str = typer.Option("value", "--figure", help="What the figure draws: value (the metric) or difference (minus the baseline, paired by seed)."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
+    skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
+    checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help="Resume checkpoints of each run: every N updates (25u) or simulated seconds (600s)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List every run (run or reuse, and why; its directory) and the files it would write, then exit."),
+) -> None:
+    """Run a grid of experiments (every row x axis point x scenario x seed an ordinary run, reused by
+    configuration hash) and write its per-seed table, aggregates with paired differences to the
+    baseline, and its map."""
+    from sao_env.cli.training import _checkpoint_every, _cores
+    from sao_env.experiment import reuse_check
+    from sao_env.grid import grid_command, grid_table, load_grid, output_files, plan_grid, run_grid, write_grid
+    from sao_env.provenance import code_version
+    from sao_env.sweep import parse_seeds
+
+    if figure not in FIGURES:
+        raise UserError(f"--figure must be one of {', '.join(FIGURES)}, got {figure!r}")
+    every = _checkpoint_every(checkpoint_every)
+    spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
+    planned = plan_grid(spec, source=path, runs_dir=runs_dir)
+    out = out if out is not None else default_out(path)
+    command = grid_command(planned, out, seeds_given=seeds is not None, metric_given=metric is not None,
+                           runs_dir=runs_dir, figure=figure)
+    code = code_version()
+    if dry_run:
+        checks = [(run, *(reuse_check(run.plan, code) if skip_existing else (False, "rerun asked")))
+                  for run in planned.runs]
+        reused = sum(1 for _, reuse, _ in checks if reuse)
+        typer.echo(f"{len(planned.runs)} runs: {len(planned.runs) - reused} to run, {reused} to reuse")
+        for run, reuse, why in checks:
+            typer.echo(f"{'reuse' if reuse else 'run':<5}  {run.describe(planned.axes)}  {run.plan.out}  {why}")
+        typer.echo(f"would write into {out}:")
+        for file in output_files(planned, out):
+            typer.echo(f"  {file}")
+        typer.echo(f"command: {command}")
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        log = (out / "grid.log").open("a", encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
+
+    def report(line: str) -> None:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+        log.write(line + "\n")
+        log.flush()
+
+    with log:
+        report(f"# {datetime.now().isoformat(timespec='seconds')} {command}")
+        try:
+            done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
+                            checkpoint_every=every)
+        except Exception as err:
+            if not hasattr(err, "exit_code") or not hasattr(err, "signal_name"):  # not a run stopped by a signal
+                raise
+            report(f"sao-env: {err}; resume with: {command}")
+            raise SystemExit(err.exit_code) from None
+        table = grid_table(planned)
+        paths = write_grid(planned, table, out, command=command, figure=figure)
+        report(f"{len(done.made)} runs made, {len(done.reused)} reused; wrote "
+               + ", ".join(shlex.quote(str(p)) for p in paths.values()))

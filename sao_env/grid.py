@@ -1,0 +1,453 @@
+"""Grids of whole experiments: rows (recipes with overrides) x axis points x scenarios x seeds, every cell an ordinary run.
+
+A grid is data, a YAML file (``leaderboards/ablations/grid.yaml`` is one)::
+
+    title: optional words for the outputs
+    scenarios: [style-drift, tool-drift]     # envs/NAME.yaml or a path
+    seeds: [0, 1, 2]
+    baseline: sao                            # a row label: every row is compared with it, paired by seed
+    metric: online_reward                    # optional: the metric ranked, tested and drawn
+    cut: [env.phases.0.duration_h=0.1]       # optional: overrides applied to every run, stated in the outputs
+    axes:                                    # optional: key -> values; cells are rows x the product of the axes
+      env.latency.task_sigma: [0.0, 0.5, 1.0]
+    rows:
+      - {label: sao, agent: sao, overrides: []}
+      - {label: grpo, agent: grpo}
+
+Each (scenario, row, axis point, seed) is planned with ``sao_env.experiment.plan_run`` with the
+overrides cut, then the row's, then the axis point's; its run directory is keyed by the
+configuration's hash, so a run that finished with the same configuration and code is reused
+(``reuse_check``) and an unfinished one resumes from its checkpoint: an interrupted grid, run
+again, makes only what is missing. The runs go through ``run_many`` (``jobs`` worker processes).
+
+Outputs (``write_grid``), into a folder of their own:
+
+- ``per-seed.csv``: one row per run: scenario, row label, one column per axis, seed, config hash
+  (12 hex digits of the configuration without its seed, as on the boards), code version, run
+  directory, agent, overrides, the collapse verdict and every number of the run's
+  ``summary.json``;
+- ``<scenario>.csv``: per cell, every metric's mean and 95 % interval and its paired difference to
+  the baseline row at the same axis point, plus, on the grid's metric, the minimum detectable
+  difference, the paired tests' p-values, the supported ranks and the collapse count
+  (``sao_env.leaderboard.maps.aggregate``);
+- ``<scenario>.md``: the grid, the cut, the seeds, n, the command that reproduces it and the table;
+- ``map.png``: the figure (``maps.plot_map``); ``grid.json``: what the site reads (``maps_section``);
+  ``grid.log``: the progress lines of the command that made them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shlex
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sao_env.errors import UserError
+from sao_env.experiment import plan_run, reuse_check, run_many
+from sao_env.leaderboard import maps
+from sao_env.leaderboard.tables import column_format, metric_columns, run_record
+from sao_env.provenance import code_version
+
+DEFAULT_METRIC = "online_reward"
+
+
+def _override(item: str) -> str:
+    if not isinstance(item, str) or "=" not in item or not item.split("=", 1)[0].strip():
+        raise ValueError(f"{item!r} is not of the form key=value")
+    return item.strip()
+
+
+def axis_text(value: Any) -> str:
+    """An axis value as the override text a run is given (strings as written, others as YAML)."""
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+class GridRow(BaseModel):
+    """One row of the grid: a label (unique; what the tables show) and the run configuration it names."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str = Field(min_length=1)
+    agent: str = Field(min_length=1)
+    """Agent recipe (agents/NAME.yaml or a path)."""
+    overrides: list[str] = []
+    """``key=value`` overrides of this row, after the cut and before the axis point's."""
+
+    @field_validator("overrides")
+    @classmethod
+    def _pairs(cls, items: list[str]) -> list[str]:
+        return [_override(x) for x in items]
+
+
+class GridSpec(BaseModel):
+    """A grid as written (module doc)."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str | None = None
+    scenarios: list[str]
+    seeds: list[int]
+    baseline: str
+    rows: list[GridRow]
+    axes: dict[str, list[Any]] = {}
+    cut: list[str] = []
+    metric: str = DEFAULT_METRIC
+
+    @field_validator("scenarios")
+    @classmethod
+    def _scenarios(cls, items: list[str]) -> list[str]:
+        if not items:
+            raise ValueError("at least one scenario is needed")
+        if len(set(items)) != len(items):
+            raise ValueError("a scenario is listed twice")
+        return items
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, items: list[int]) -> list[int]:
+        if not items:
+            raise ValueError("at least one seed is needed")
+        if any(s < 0 for s in items) or len(set(items)) != len(items):
+            raise ValueError(f"seeds must be distinct non-negative integers, got {items}")
+        return items
+
+    @field_validator("cut")
+    @classmethod
+    def _cut(cls, items: list[str]) -> list[str]:
+        return [_override(x) for x in items]
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in axes.items():
+            if key == "seed":
+                raise ValueError("seed is not an axis; list seeds under 'seeds'")
+            if not values:
+                raise ValueError(f"axis {key} has no values")
+            texts = [axis_text(v) for v in values]
+            if len(set(texts)) != len(texts):
+                raise ValueError(f"axis {key}: a value is listed twice")
+        return axes
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "GridSpec":
+        labels = [r.label for r in self.rows]
+        if not labels:
+            raise ValueError("rows: at least one row is needed")
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"rows: the label {twice[0]!r} is used twice")
+        if self.baseline not in labels:
+            raise ValueError(f"baseline {self.baseline!r} is not a row label ({', '.join(labels)})")
+        set_by = {x.split("=", 1)[0].strip(): "cut" for x in self.cut}
+        for r in self.rows:
+            for x in r.overrides:
+                set_by.setdefault(x.split("=", 1)[0].strip(), f"row {r.label!r}")
+        for key in self.axes:
+            if key in set_by:
+                raise ValueError(f"axis {key} is also set by the {set_by[key]}; a key is either an axis or fixed")
+        return self
+
+    @property
+    def axis_values(self) -> dict[str, list[str]]:
+        return {k: [axis_text(v) for v in vs] for k, vs in self.axes.items()}
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"{source}: unknown key {where!r}"
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{source}: {where + ': ' if where else ''}{message}"
+
+
+def load_grid(path: Path, *, seeds: tuple[int, ...] | None = None, metric: str | None = None) -> GridSpec:
+    """Read and validate a grid file (``seeds``/``metric`` replace the file's); a UserError in one line."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the grid ({err.strerror or err})") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a grid is a mapping with rows, scenarios, seeds and baseline")
+    if seeds is not None:
+        data["seeds"] = list(seeds)
+    if metric is not None:
+        data["metric"] = metric
+    try:
+        return GridSpec(**data)
+    except ValidationError as err:
+        raise UserError(_one_line(err, str(path))) from None
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One planned run of a grid."""
+
+    scenario: str
+    row: str
+    point: tuple[str, ...]
+    """The axis values (as override text), in the order of the grid's axes."""
+    seed: int
+    plan: Any
+    """Its ``sao_env.experiment.RunPlan``."""
+
+    def describe(self, axes: list[str]) -> str:
+        point = "".join(f" {k}={v}" for k, v in zip(axes, self.point))
+        return f"{self.scenario} | {self.row}{point} | seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A planned grid: the spec, its source file and every run."""
+
+    spec: GridSpec
+    source: Path
+    runs: tuple[GridRun, ...]
+
+    @property
+    def axes(self) -> list[str]:
+        return list(self.spec.axes)
+
+    @property
+    def points(self) -> list[tuple[str, ...]]:
+        return list(itertools.product(*self.spec.axis_values.values()))
+
+
+def plan_grid(spec: GridSpec, *, source: Path = Path("grid.yaml"), runs_dir: Path = Path("runs")) -> Grid:
+    """Plan every (scenario, row, axis point, seed) run; a bad scenario, recipe or override is one
+    UserError naming the row, and two cells that resolve to the same configuration are refused."""
+    axes = list(spec.axes)
+    points = list(itertools.product(*spec.axis_values.values()))
+    runs = []
+    for scenario in spec.scenarios:
+        seen: dict[str, str] = {}
+        for row in spec.rows:
+            for point in points:
+                overrides = [*spec.cut, *row.overrides, *(f"{k}={v}" for k, v in zip(axes, point))]
+                where = f"scenario {scenario}, row {row.label!r}" + "".join(f", {k}={v}" for k, v in zip(axes, point))
+                for seed in spec.seeds:
+                    try:
+                        plan = plan_run(scenario, row.agent, seed, overrides, runs_dir=runs_dir)
+                    except UserError as err:
+                        raise UserError(f"{where}: {err}") from None
+                    runs.append(GridRun(scenario, row.label, tuple(point), seed, plan))
+                    if seed == spec.seeds[0]:
+                        if plan.config_hash in seen:
+                            raise UserError(f"{where} resolves to the same configuration as {seen[plan.config_hash]}; "
+                                            "a cell would be run twice under two names")
+                        seen[plan.config_hash] = where
+    return Grid(spec, Path(source), tuple(runs))
+
+
+@dataclass
+class GridReport:
+    """What ``run_grid`` did: the runs reused and those made (in the order they finished)."""
+
+    reused: list[GridRun]
+    made: list[GridRun]
+
+
+def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existing: bool = True,
+             report: Callable[[str], None] = lambda line: None,
+             on_done: Callable[[GridRun, dict, float], None] | None = None,
+             checkpoint_every: Any = None) -> GridReport:
+    """Reuse every finished run of the same configuration and code, make (or resume) the others in
+    ``jobs`` worker processes, and say so: one ``report`` line per reused run, then one per finished
+    run (``[i/N]``, the metric and the elapsed time); ``on_done(run, summary, seconds)`` after each."""
+    code = code or code_version()
+    metric = grid.spec.metric
+    todo, reused = [], []
+    for run in grid.runs:
+        reuse, why = reuse_check(run.plan, code) if skip_existing else (False, "rerun asked")
+        (reused if reuse else todo).append(run)
+    if reused:
+        report(f"reusing {len(reused)} of {len(grid.runs)} runs (finished with the same configuration and code)")
+    by_out = {run.plan.out: run for run in todo}
+    made: list[GridRun] = []
+    start = time.perf_counter()
+
+    def done(plan: Any, summary: dict, seconds: float) -> None:
+        run = by_out[plan.out]
+        made.append(run)
+        value = summary.get(metric)
+        shown = f"{value:.3f}" if isinstance(value, (int, float)) else "n/a"
+        report(f"[{len(made)}/{len(todo)}] {run.describe(grid.axes)}: {metric} {shown}; {seconds:.0f} s, "
+               f"elapsed {_clock(time.perf_counter() - start)}  {plan.out}")
+        if on_done is not None:
+            on_done(run, summary, seconds)
+
+    options = {} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}
+    run_many([r.plan for r in todo], jobs=jobs, code=code, show_progress=False, on_done=done, on_warm_start=report,
+             **options)
+    return GridReport(reused, made)
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def grid_table(grid: Grid) -> pd.DataFrame:
+    """The per-seed table (module doc) from the runs' ``summary.json`` and run directories."""
+    records = []
+    for run in grid.runs:
+        path = run.plan.out / "summary.json"
+        if not path.is_file():
+            raise UserError(f"{run.plan.out}: the run did not finish (no summary.json)")
+        summary = json.loads(path.read_text())
+        record, _ = run_record(summary | {"run_dir": str(run.plan.out)})
+        row: dict[str, Any] = {"scenario": run.plan.config.env.name, "row": run.row, **dict(zip(grid.axes, run.point)),
+                               "seed": run.seed, "config_hash": record.get("config_hash"),
+                               "code_version": record.get("code_version"), "run_dir": str(run.plan.out),
+                               "agent": record.get("recipe"), "overrides": " ".join(run.plan.overrides),
+                               "collapsed": record.get("collapsed"), "collapsed_phases": record.get("collapsed_phases")}
+        numbers = {k: v for k, v in summary.items() if _is_number(v) and k != "seed"}
+        records.append((row, numbers))
+    order = metric_columns([n for _, n in records])
+    rest = sorted({k for _, n in records for k in n} - set(order))
+    return pd.DataFrame([row | {m: numbers.get(m, math.nan) for m in order + rest} for row, numbers in records])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def output_files(grid: Grid, out: Path) -> list[Path]:
+    """The files ``write_grid`` writes (and ``grid.log`` beside them)."""
+    out = Path(out)
+    files = [out / maps.PER_SEED]
+    for s in grid.spec.scenarios:
+        files += [out / f"{_scenario_name(grid, s)}.csv", out / f"{_scenario_name(grid, s)}.md"]
+    return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG]
+
+
+def _scenario_name(grid: Grid, scenario: str) -> str:
+    """The scenario's name as its runs record it (``envs/x.yaml`` given as a path -> its ``name``)."""
+    for run in grid.runs:
+        if run.scenario == scenario:
+            return run.plan.config.env.name
+    return Path(scenario).stem
+
+
+def grid_command(grid: Grid, out: Path, *, seeds_given: bool = False, metric_given: bool = False,
+                 runs_dir: Path | None = None, jobs: int | None = None, figure: str = "value") -> str:
+    """The ``sao-env grid`` command line that makes these outputs."""
+    parts = ["sao-env", "grid", str(grid.source), "--out", str(out)]
+    if seeds_given:
+        parts += ["--seeds", ",".join(map(str, grid.spec.seeds))]
+    if metric_given:
+        parts += ["--metric", grid.spec.metric]
+    if runs_dir is not None and Path(runs_dir) != Path("runs"):
+        parts += ["--runs-dir", str(runs_dir)]
+    if figure != "value":
+        parts += ["--figure", figure]
+    if jobs is not None:
+        parts += ["--jobs", str(jobs)]
+    return shlex.join(parts)
+
+
+def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figure: str = "value") -> dict[str, Path]:
+    """Write the per-seed table, each scenario's aggregate (CSV and Markdown), the figure and the
+    manifest into ``out``; returns the paths by name."""
+    spec = grid.spec
+    metric = spec.metric
+    if metric not in table.columns:
+        known = ", ".join(c for c in maps.metric_names(table, grid.axes))
+        raise UserError(f"metric {metric!r} is not in the runs' summaries (known: {known})")
+    out = Path(out)
+    labels = [r.label for r in spec.rows]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {"per_seed": out / maps.PER_SEED}
+        table.to_csv(paths["per_seed"], index=False, float_format="%.6g")
+        scenarios = []
+        frames = []
+        for scenario in spec.scenarios:
+            name = _scenario_name(grid, scenario)
+            scenarios.append(name)
+            mine = table[table["scenario"] == name]
+            agg = maps.aggregate(mine, axes=grid.axes, rows=labels, baseline=spec.baseline, metric=metric,
+                                 points=grid.points)
+            frames.append(agg)
+            paths[f"{name}.csv"] = out / f"{name}.csv"
+            agg.to_csv(paths[f"{name}.csv"], index=False, float_format="%.6g")
+            paths[f"{name}.md"] = out / f"{name}.md"
+            paths[f"{name}.md"].write_text(grid_markdown(grid, name, mine, agg, command=command, figure=figure))
+        paths["figure"] = maps.plot_map(pd.concat(frames, ignore_index=True), out / maps.FIGURE, axes=grid.axes,
+                                        rows=labels, baseline=spec.baseline, metric=metric,
+                                        difference=figure == "difference", points=grid.points)
+        paths["manifest"] = out / maps.MANIFEST
+        manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
+                    "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
+                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric,
+                    "figure": figure, "figure_caption": figure_caption(grid, figure), "command": command,
+                    "runs": len(grid.runs), "per_seed": maps.PER_SEED}
+        paths["manifest"].write_text(json.dumps(manifest, indent=1) + "\n")
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
+    return paths
+
+
+def figure_caption(grid: Grid, figure: str) -> str:
+    what = column_format(grid.spec.metric).title
+    if figure == "difference":
+        what += f" minus {grid.spec.baseline} at the same axis point, paired by seed"
+    if len(grid.axes) == 2:
+        return f"{what}: mean over seeds per cell, {grid.axes[0]} across, {grid.axes[1]} up; one panel per scenario and row."
+    if grid.axes:
+        return f"{what} against {grid.axes[0]}: line, the mean over seeds; band, its 95% t-interval; one panel per scenario."
+    return f"{what}: mean over seeds with its 95% t-interval, one panel per scenario."
+
+
+def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.DataFrame, *, command: str,
+                  figure: str) -> str:
+    """One scenario's page: what the grid is, on which cut, at which seeds, how to make it again, the table."""
+    spec = grid.spec
+    title = column_format(spec.metric).title
+    versions = sorted(set(per_seed["code_version"].astype(str)))
+    n = sorted(set(agg["n"].astype(int)))
+    lines = [f"# {spec.title or 'Grid'}: {scenario}", "",
+             f"- **grid**: `{grid.source}`; {len(spec.rows)} rows"
+             + (" x " + " x ".join(f"{len(v)} values of `{k}`" for k, v in spec.axis_values.items()) if spec.axes else "")
+             + f" x {len(spec.seeds)} seeds = {len(per_seed)} runs on this scenario",
+             "- **rows**: " + "; ".join(f"{r.label} = `{r.agent}`" + (f" with `{' '.join(r.overrides)}`" if r.overrides else "")
+                                        for r in spec.rows)]
+    if spec.axes:
+        lines.append("- **axes**: " + "; ".join(f"`{k}` in {{{', '.join(v)}}}" for k, v in spec.axis_values.items()))
+    lines += ["- **cut**: " + (", ".join(f"`{c}`" for c in spec.cut) if spec.cut else "none (the full scenario)"),
+              f"- **seeds**: {', '.join(map(str, spec.seeds))}; n per cell: {', '.join(map(str, n))}",
+              f"- **baseline**: {spec.baseline}; every row minus it at the same axis point, paired by seed "
+              "(mean ± half-width of the 95% Student-t interval of the per-seed differences)",
+              f"- **metric**: {title} (`{spec.metric}`); cells are mean ± half-width of the 95% Student-t interval over "
+              "seeds",
+              "- **detectable at n**: the minimum detectable paired difference to the baseline at the cell's n "
+              "(80% power, two-sided α 0.05, from the observed sd of the paired differences; docs/leaderboard.md)",
+              "- **p (Holm), rank**: exact sign-flip permutation test of the paired differences, Holm-corrected over "
+              "the pairs of rows at the axis point; a rank is a tie (`1–3`) unless those tests support the order",
+              "- **collapsed**: runs whose rolling training reward stayed under half its phase peak until the phase "
+              "ended (docs/metrics.md, Collapse)",
+              f"- **code version**: {', '.join(versions)}",
+              f"- **command**: `{command}`",
+              f"- **per-seed table**: `{maps.PER_SEED}`; every metric's aggregate and paired difference: `{scenario}.csv`",
+              "", f"![{figure_caption(grid, figure)}]({maps.FIGURE})", ""]
+    header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric)
+    lines += maps.markdown_table(header, body)
+    lines += ["", f"Generated on {date.today().isoformat()}."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,333 @@
+"""Maps: the aggregate of a grid of experiments (``sao_env.grid``), its tables, its figure and its place on the site.
+
+A grid's *cell* is one row (a recipe plus overrides) at one *axis point* (one value of every axis)
+on one scenario; its seeds are runs. Everything here is a pure function of the grid's per-seed
+table (``per-seed.csv``: one row per run, the columns ``scenario``, ``row``, one column per axis,
+``seed`` and the run's metrics) and of its manifest (``grid.json``), with the statistics of the
+boards (``sao_env.leaderboard.stats``, ``sao_env.evaluation.stats``):
+
+- per cell and metric, the mean ± half-width of the 95 % Student-t interval over seeds
+  (``mean_ci95``);
+- per cell and metric, the difference to the *baseline* row at the same axis point, paired by
+  seed (``paired_difference``: the Student-t interval of the per-seed differences);
+- on the grid's metric, per cell, the minimum detectable paired difference to the baseline at the
+  cell's n (``min_detectable_difference``, 80 % power, two-sided α 0.05), the sign-flip p of that
+  difference before and after Holm's correction over the pairs of rows compared at the axis point,
+  and the rank range that those tests support among the rows at the axis point (``rank_ranges``:
+  ``2–3`` is a tie);
+- per cell, the runs that collapsed (``collapsed`` of the per-seed rows, the rule of
+  ``sao_env.evaluation.collapse``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sao_env.evaluation.stats import mean_ci95, paired_difference
+from sao_env.leaderboard.stats import format_rank, min_detectable_difference, pairwise, rank_ranges
+from sao_env.leaderboard.tables import column_format, finite_float, format_cell, format_difference, format_p
+
+MANIFEST = "grid.json"
+"""The file that marks a folder as a grid's outputs and says what they are (read by the site)."""
+PER_SEED = "per-seed.csv"
+FIGURE = "map.png"
+LOG = "grid.log"
+ID_COLUMNS = ("scenario", "row", "agent", "overrides", "seed", "config_hash", "code_version", "run_dir",
+              "collapsed", "collapsed_phases")
+"""Per-seed columns that are not metrics (besides the axis columns)."""
+
+
+def metric_names(per_seed: pd.DataFrame, axes: list[str]) -> list[str]:
+    """The numeric metric columns of a per-seed table, in its order."""
+    skip = set(ID_COLUMNS) | set(axes)
+    return [c for c in per_seed.columns if c not in skip and pd.api.types.is_numeric_dtype(per_seed[c])]
+
+
+def _values(runs: pd.DataFrame, metric: str) -> dict[int, float | None]:
+    return {int(s): finite_float(v) for s, v in zip(runs["seed"], runs[metric])}
+
+
+def _key(value: Any) -> str:
+    """Axis values compared as text (``0.5`` read back from a CSV equals the ``0.5`` planned)."""
+    x = finite_float(value) if not isinstance(value, str) else None
+    return f"{x:g}" if x is not None else str(value)
+
+
+def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], baseline: str, metric: str,
+              points: list[tuple[str, ...]] | None = None) -> pd.DataFrame:
+    """One row per (scenario, axis point, row) in grid order: the module doc's statistics.
+
+    ``rows`` orders the grid's rows; ``points`` the axis points (default: as first met in the table).
+    Columns: ``scenario``, the axis columns, ``row``, ``agent``, ``overrides``, ``config_hash``,
+    ``n`` (seeds), ``seeds``, ``collapses``, ``collapse_checked``; per metric ``m``: ``m``,
+    ``m_ci95``, ``m_diff``, ``m_diff_ci95``, ``m_diff_n`` (difference to the baseline, NaN on the
+    baseline row); on ``metric``: ``mde``, ``p``, ``p_holm``, ``rank``, ``rank_low``,
+    ``rank_high`` and ``rank_text``.
+    """
+    table = per_seed.copy()
+    for a in axes:
+        table[a] = table[a].map(_key)
+    metrics = metric_names(per_seed, axes)
+    better = column_format(metric).higher_is_better
+    if points is None:
+        points = list(dict.fromkeys(tuple(r) for r in table[axes].itertuples(index=False, name=None))) if axes else [()]
+    points = [tuple(_key(v) for v in p) for p in points]
+    out = []
+    for scenario in dict.fromkeys(table["scenario"]):
+        mine = table[table["scenario"] == scenario]
+        for point in points:
+            at = mine
+            for a, v in zip(axes, point):
+                at = at[at[a] == v]
+            labels = [r for r in rows if (at["row"] == r).any()]
+            runs = {r: at[at["row"] == r].sort_values("seed") for r in labels}
+            comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
+                                   higher_is_better=better is not False) if metric in at else []
+            ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
+            means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
+                                   for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
+            order = sorted(labels, key=lambda r: (math.isnan(means[r]), -means[r] if better is not False else means[r]))
+            for label in labels:
+                mine_runs = runs[label]
+                first = mine_runs.iloc[0]
+                row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)), "row": label,
+                                       "agent": first.get("agent"), "overrides": first.get("overrides"),
+                                       "config_hash": ", ".join(sorted(set(mine_runs["config_hash"].astype(str)))),
+                                       "n": len(mine_runs), "seeds": ", ".join(str(int(s)) for s in mine_runs["seed"])}
+                verdicts = [finite_float(v) for v in mine_runs["collapsed"]] if "collapsed" in mine_runs else []
+                row["collapses"] = sum(1 for v in verdicts if v)
+                row["collapse_checked"] = sum(1 for v in verdicts if v is not None)
+                base = runs.get(baseline)
+                for m in metrics:
+                    values = [finite_float(v) for v in mine_runs[m]]
+                    row[m], row[f"{m}_ci95"] = mean_ci95([math.nan if v is None else v for v in values])
+                    if base is not None and label != baseline:
+                        row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
+                            _values(mine_runs, m), _values(base, m))
+                    else:
+                        row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = math.nan, math.nan, 0
+                row["mde"], row["p"], row["p_holm"] = math.nan, math.nan, math.nan
+                for c in comparisons:
+                    if {c.a, c.b} == {label, baseline} and label != baseline:
+                        row["mde"], row["p"], row["p_holm"] = c.mde, c.p, c.p_holm
+                row["rank"] = order.index(label) + 1
+                row["rank_low"], row["rank_high"] = ranges[label]
+                row["rank_text"] = format_rank(*ranges[label])
+                out.append(row)
+    return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- the table people read
+
+
+def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: str) -> tuple[list[str], list[list[str]]]:
+    """Header and text cells of a scenario's aggregate (Markdown and site alike): axis values, row,
+    n, the metric's mean ± CI, its paired difference to the baseline ± CI (n), the minimum
+    detectable difference at that n, the Holm-corrected sign-flip p, the supported rank, collapses."""
+    title = column_format(metric).title
+    decimals = column_format(metric).decimals
+    header = [*axes, "row", "seeds", f"{title} (mean ± 95% CI)", f"− {baseline} (paired, 95% CI)",
+              "detectable at n", "p (Holm)", "rank", "collapsed"]
+    body = []
+    for _, r in agg.iterrows():
+        is_base = r["row"] == baseline
+        diff = "baseline" if is_base else format_difference(r.get(f"{metric}_diff"), r.get(f"{metric}_diff_ci95"),
+                                                            int(r.get(f"{metric}_diff_n") or 0), metric)
+        mde = finite_float(r.get("mde"))
+        checked = int(r.get("collapse_checked") or 0)
+        body.append([*(str(r[a]) for a in axes), str(r["row"]), str(int(r["n"])),
+                     format_cell(r.get(metric), r.get(f"{metric}_ci95"), 0, r["n"], metric), diff,
+                     "" if is_base else ("n/a" if mde is None else f"{mde:.{decimals}f}"),
+                     "" if is_base else format_p(finite_float(r.get("p_holm"))), str(r["rank_text"]),
+                     f"{int(r.get('collapses') or 0)} of {checked}" if checked else "?"])
+    return header, body
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    return (["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+            + ["| " + " | ".join(map(cell, r)) + " |" for r in body])
+
+
+# ----------------------------------------------------------------------------- the figure
+
+
+def _numeric(values: list[str]) -> list[float] | None:
+    xs = [finite_float(v) for v in values]
+    return None if any(x is None for x in xs) else [float(x) for x in xs]
+
+
+def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str], baseline: str, metric: str,
+             difference: bool = False, points: list[tuple[str, ...]] | None = None) -> Path:
+    """The grid's figure, one panel per scenario (and per value of any axis after the first two):
+
+    - no axis: each row's mean with its 95 % interval as an error bar;
+    - one axis (or three and more: against the first, a panel per value of the others): one line
+      per row against the axis (its values' positions when they are not all numbers), 95 % bands;
+    - two axes: a heatmap per scenario and row, the first axis across, the second down.
+
+    ``difference`` draws each row's paired difference to the baseline instead of its mean (the
+    baseline row is left out; 0 marked).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    value, half = (f"{metric}_diff", f"{metric}_diff_ci95") if difference else (metric, f"{metric}_ci95")
+    title = column_format(metric).title + (f" − {baseline} (paired by seed)" if difference else "")
+    shown = [r for r in rows if not (difference and r == baseline)]
+    scenarios = list(dict.fromkeys(agg["scenario"]))
+    if points is None:
+        points = list(dict.fromkeys(tuple(r) for r in agg[axes].itertuples(index=False, name=None))) if axes else [()]
+    points = [tuple(_key(v) for v in p) for p in points]
+
+    def at(frame: pd.DataFrame, fixed: dict[str, str]) -> pd.DataFrame:
+        for a, v in fixed.items():
+            frame = frame[frame[a].map(_key) == v]
+        return frame
+
+    if len(axes) == 2:
+        xs = list(dict.fromkeys(p[0] for p in points))
+        ys = list(dict.fromkeys(p[1] for p in points))
+        panels = [(s, r) for s in scenarios for r in shown]
+        ncols = min(4, len(shown)) or 1
+        nrows = math.ceil(len(panels) / ncols)
+        fig, grid = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
+        frames = {(s, r): at(agg[(agg["scenario"] == s) & (agg["row"] == r)], {}) for s, r in panels}
+        finite = [v for f in frames.values() for v in pd.to_numeric(f[value], errors="coerce") if math.isfinite(v)]
+        span = max((abs(v) for v in finite), default=1.0) or 1.0
+        vmin, vmax = (-span, span) if difference else (min(finite, default=0.0), max(finite, default=1.0))
+        for ax, (s, r) in zip(grid.flat, panels):
+            z = np.full((len(ys), len(xs)), np.nan)
+            for _, cell in frames[(s, r)].iterrows():
+                z[ys.index(_key(cell[axes[1]])), xs.index(_key(cell[axes[0]]))] = finite_float(cell[value]) or np.nan
+            image = ax.imshow(z, cmap="RdBu" if difference else "viridis", vmin=vmin, vmax=vmax, aspect="auto",
+                              origin="lower")
+            for (i, j), v in np.ndenumerate(z):
+                if math.isfinite(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="k" if difference else "w")
+            ax.set_xticks(range(len(xs)), xs, fontsize=7)
+            ax.set_yticks(range(len(ys)), ys, fontsize=7)
+            ax.set_xlabel(axes[0], fontsize=7)
+            ax.set_ylabel(axes[1], fontsize=7)
+            ax.set_title(f"{s}: {r}", fontsize=8)
+        for ax in list(grid.flat)[len(panels):]:
+            ax.axis("off")
+        fig.colorbar(image, ax=grid, shrink=0.8, label=title)
+        fig.suptitle(f"{title}: mean over seeds")
+    else:
+        rest = axes[1:]
+        combos = list(dict.fromkeys(p[1:] for p in points)) if axes else [()]
+        panels = [(s, c) for s in scenarios for c in combos]
+        ncols = min(3, len(panels))
+        nrows = math.ceil(len(panels) / ncols)
+        fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+        for ax, (s, combo) in zip(grid.flat, panels):
+            frame = at(agg[agg["scenario"] == s], dict(zip(rest, combo)))
+            if axes:
+                labels = list(dict.fromkeys(p[0] for p in points if p[1:] == combo))
+                numeric = _numeric(labels)
+                x = numeric if numeric is not None else list(range(len(labels)))
+                for i, r in enumerate(shown):
+                    mine = frame[frame["row"] == r]
+                    by_x = {_key(c[axes[0]]): c for _, c in mine.iterrows()}
+                    m = np.array([finite_float(by_x[v][value]) if v in by_x else None for v in labels], dtype=float)
+                    h = np.array([finite_float(by_x[v][half]) if v in by_x else None for v in labels], dtype=float)
+                    color = f"C{i % 10}"
+                    ax.plot(x, m, marker="o", color=color, lw=1.8, label=r)
+                    if not np.all(np.isnan(h)):
+                        ax.fill_between(x, m - h, m + h, color=color, alpha=0.15, lw=0)
+                if numeric is None:
+                    ax.set_xticks(x, labels)
+                ax.set_xlabel(axes[0])
+            else:
+                for i, r in enumerate(shown):
+                    c = frame[frame["row"] == r]
+                    if c.empty:
+                        continue
+                    m, h = finite_float(c.iloc[0][value]), finite_float(c.iloc[0][half])
+                    ax.errorbar([i], [np.nan if m is None else m], yerr=[[np.nan if h is None else h]], fmt="o",
+                                color=f"C{i % 10}", capsize=4, label=r)
+                ax.set_xticks(range(len(shown)), shown, rotation=60, ha="right", fontsize=7)
+            if difference:
+                ax.axhline(0.0, color="0.4", lw=1, ls="--")
+            ax.set_title(s + "".join(f", {k}={v}" for k, v in zip(rest, combo)), fontsize=9)
+            ax.set_ylabel(title, fontsize=8)
+            ax.grid(alpha=0.3)
+        for ax in list(grid.flat)[len(panels):]:
+            ax.axis("off")
+        handles, names = grid.flat[0].get_legend_handles_labels()
+        if axes and handles:
+            fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
+                       title="line: mean over seeds\nband: 95% t-interval over seeds", title_fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------- the site
+
+
+def find_maps(folder: Path) -> list[Path]:
+    """The grid output folders directly under a leaderboard folder (those with a ``grid.json``), by name."""
+    return sorted(p.parent for p in Path(folder).glob(f"*/{MANIFEST}"))
+
+
+def maps_section(folder: Path) -> str:
+    """The site's "maps" section (empty when the folder has no grid outputs): per grid its title,
+    facts, figure and each scenario's aggregate table."""
+    found = find_maps(folder)
+    if not found:
+        return ""
+    e = html.escape
+    parts = ['<section id="maps"><h2>Maps</h2><p class="muted">Grids of whole experiments (<code>sao-env grid</code>): '
+             "every cell is a row (a recipe with overrides) at one axis point, its seeds ordinary runs; each row is "
+             "compared with the grid's baseline at the same axis point, paired by seed. Ranks are ties unless a "
+             "paired sign-flip test (Holm-corrected at the axis point) supports the order.</p>"]
+    for i, where in enumerate(found):
+        try:
+            manifest = json.loads((where / MANIFEST).read_text())
+        except (OSError, ValueError):
+            parts.append(f'<p class="note">{e(where.name)}: {MANIFEST} unreadable.</p>')
+            continue
+        axes, baseline, metric = manifest.get("axes", []), manifest["baseline"], manifest["metric"]
+        parts.append(f'<h3 id="map-{e(where.name)}">{e(manifest.get("title") or where.name)}</h3>')
+        facts = [("folder", f"{where.name}/"), ("rows", ", ".join(r["label"] for r in manifest.get("rows", []))),
+                 ("axes", "; ".join(f"{k} in {{{', '.join(v)}}}" for k, v in manifest.get("axis_values", {}).items())
+                  or "none"),
+                 ("cut", " ".join(manifest.get("cut") or []) or "none (the full scenarios)"),
+                 ("seeds", ", ".join(map(str, manifest.get("seeds", [])))), ("baseline", baseline),
+                 ("metric", metric), ("command", manifest.get("command", ""))]
+        parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in facts) + "</dl>")
+        png = where / FIGURE
+        if png.is_file():
+            data = base64.b64encode(png.read_bytes()).decode("ascii")
+            parts.append(f'<figure><img alt="map: {e(where.name)}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>{e(manifest.get('figure_caption', ''))}</figcaption></figure>")
+        for scenario in manifest.get("scenarios", []):
+            path = where / f"{scenario}.csv"
+            if not path.is_file():
+                continue
+            agg = pd.read_csv(path, dtype={a: str for a in axes})
+            header, body = display_table(agg, axes=axes, baseline=baseline, metric=metric)
+            table_id = f"map-{i}-{''.join(ch if ch.isalnum() else '-' for ch in scenario)}"
+            head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
+            rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
+            parts.append(f"<p><b>{e(scenario)}</b></p>"
+                         f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
+                         f"<tbody>{rows}</tbody></table></div>")
+    parts.append("</section>")
+    return "\n".join(parts)

@@ -1,0 +1,334 @@
+"""`sao-env grid`: a grid of whole experiments on a tiny real cut of style-drift (2 rows x a 2-value
+scenario axis x 2 seeds), its per-seed table against the runs' summaries, its aggregate against
+numpy, reuse of every finished run, an interrupted grid that resumes to the same table, one-line
+errors for bad grid files, and the maps section of the site."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats as sps
+
+from conftest import shrink_overrides
+from sao_env.cli import main
+from sao_env.errors import UserError
+from sao_env.grid import grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
+from sao_env.leaderboard import maps
+from sao_env.leaderboard.site import write_site
+
+REPO = Path(__file__).resolve().parents[1]
+FIXED_CODE = {"git_commit": "0" * 40, "dirty": False, "diff_sha256": None, "sao_env": "test"}
+"""The code version recorded and compared here: other edits to the tree between two calls must not
+decide whether a run is reused."""
+AXIS = "env.latency.task_sigma"
+
+
+def tiny_spec(**changes) -> dict:
+    spec = {"title": "tiny grid", "scenarios": ["style-drift"], "seeds": [0, 1], "baseline": "grpo",
+            "cut": shrink_overrides("grpo"), "axes": {AXIS: [0.0, 1.0]},
+            "rows": [{"label": "grpo", "agent": "grpo"}, {"label": "running mean", "agent": "running_mean"}]}
+    return spec | changes
+
+
+def write_spec(folder: Path, spec: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"sedes": [0]}, "unknown key 'sedes'"),
+    ({"rows": [{"label": "grpo", "agent": "grpo", "overides": []}]}, "unknown key 'rows.0.overides'"),
+    ({"baseline": "sao"}, "baseline 'sao' is not a row label (grpo, running mean)"),
+    ({"seeds": []}, "seeds: at least one seed is needed"),
+    ({"seeds": [0, 0]}, "seeds must be distinct non-negative integers"),
+    ({"scenarios": []}, "scenarios: at least one scenario is needed"),
+    ({"rows": [{"label": "grpo", "agent": "grpo"}, {"label": "grpo", "agent": "sao"}]}, "the label 'grpo' is used twice"),
+    ({"axes": {"seed": [0, 1]}}, "seed is not an axis"),
+    ({"axes": {AXIS: []}}, f"axis {AXIS} has no values"),
+    ({"axes": {"env.max_new_tokens": [20, 24]}}, "axis env.max_new_tokens is also set by the cut"),
+    ({"cut": ["env.max_new_tokens"]}, "'env.max_new_tokens' is not of the form key=value"),
+    ({"axes": {"env.latency.nonsense": [1, 2]}}, "unknown override key"),
+    ({"rows": [{"label": "grpo", "agent": "grpo"}, {"label": "again", "agent": "grpo"}]},
+     "resolves to the same configuration as scenario style-drift, row 'grpo'"),
+])
+def test_a_bad_grid_is_one_line_and_exit_2(capsys, tmp_path, changes, message):
+    path = write_spec(tmp_path, tiny_spec(**changes))
+    code = main(["grid", str(path), "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("sao-env: error: ") and message in err, err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+def test_bad_options_and_files_are_one_line(capsys, tmp_path):
+    path = write_spec(tmp_path, tiny_spec())
+    for args, message in ([str(tmp_path / "none.yaml")], "cannot read the grid"), \
+                         ([str(path), "--seeds", "0,x"], "--seeds must be comma-separated integers"), \
+                         ([str(path), "--figure", "bars"], "--figure must be one of value, difference"):
+        assert main(["grid", *args, "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(UserError, match="a grid is a mapping"):
+        load_grid(tmp_path / "list.yaml")
+
+
+def test_the_committed_ablation_grid_is_valid():
+    spec = load_grid(REPO / "leaderboards" / "ablations" / "grid.yaml")
+    assert spec.baseline == "sao" and spec.scenarios == ["style-drift", "tool-drift"]
+    assert spec.seeds == list(range(10)) and len(spec.rows) == 15 and not spec.axes
+    assert spec.rows[0].label == "sao" and spec.rows[0].overrides == []
+
+
+# ----------------------------------------------------------------------------- statistics on a hand-made table
+
+
+def hand_table() -> pd.DataFrame:
+    """Three rows x two axis points x four seeds with known values; row c collapses once."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for point in ("0.5", "2"):
+        for label, shift in (("a", 0.0), ("b", 0.3), ("c", -0.05)):
+            for seed in range(4):
+                rows.append({"scenario": "s", "row": label, "x": point, "seed": seed, "config_hash": label + point,
+                             "code_version": "v", "run_dir": "", "agent": label, "overrides": "",
+                             "collapsed": float(label == "c" and seed == 1), "collapsed_phases": "",
+                             "online_reward": 0.1 * seed + shift + float(rng.normal(0, 0.005)),
+                             "auc": float(rng.uniform())})
+    return pd.DataFrame(rows)
+
+
+def test_aggregate_matches_numpy_on_a_hand_made_table():
+    table = hand_table()
+    agg = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    assert list(zip(agg["x"], agg["row"])) == [("0.5", "a"), ("0.5", "b"), ("0.5", "c"), ("2", "a"), ("2", "b"), ("2", "c")]
+    t = sps.t.ppf(0.975, 3)
+    for _, cell in agg.iterrows():
+        mine = table[(table["x"] == cell["x"]) & (table["row"] == cell["row"])].sort_values("seed")
+        base = table[(table["x"] == cell["x"]) & (table["row"] == "a")].sort_values("seed")
+        v = mine["online_reward"].to_numpy()
+        assert cell["online_reward"] == pytest.approx(v.mean())
+        assert cell["online_reward_ci95"] == pytest.approx(t * v.std(ddof=1) / 2)
+        d = v - base["online_reward"].to_numpy()
+        if cell["row"] == "a":
+            assert math.isnan(cell["online_reward_diff"]) and math.isnan(cell["mde"])
+            continue
+        assert cell["online_reward_diff"] == pytest.approx(d.mean())
+        assert cell["online_reward_diff_ci95"] == pytest.approx(t * d.std(ddof=1) / 2)
+        assert cell["online_reward_diff_n"] == 4
+        # MDE = (t(0.975, 3) + t(0.8, 3)) * sd / sqrt(4)
+        assert cell["mde"] == pytest.approx((t + sps.t.ppf(0.8, 3)) * d.std(ddof=1) / 2)
+        # 4 seeds, every difference of one sign: the exact sign-flip p is 2 / 16; Holm over 3 pairs
+        assert cell["p"] == pytest.approx(0.125)
+    assert list(agg["collapses"]) == [0, 0, 1, 0, 0, 1] and set(agg["collapse_checked"]) == {4}
+    # b is 0.3 above a and c on every seed, but 4 seeds cannot support any order: every rank a tie.
+    assert list(agg["rank"][:3]) == [2, 1, 3] and set(agg["rank_text"]) == {"1–3"}
+
+
+def test_ranks_are_supported_with_enough_seeds():
+    rows = [{"scenario": "s", "row": label, "seed": seed, "config_hash": label, "code_version": "v", "run_dir": "",
+             "agent": label, "overrides": "", "online_reward": seed * 0.01 + shift}
+            for label, shift in (("base", 0.0), ("up", 0.2)) for seed in range(7)]
+    agg = maps.aggregate(pd.DataFrame(rows), axes=[], rows=["base", "up"], baseline="base", metric="online_reward")
+    assert list(agg["rank_text"]) == ["2", "1"]  # 7 seeds, one pair: p = 2 / 128 < 0.05
+    assert agg.loc[1, "p_holm"] == pytest.approx(2 / 128) and agg.loc[1, "online_reward_diff"] == pytest.approx(0.2)
+    header, body = maps.display_table(agg, axes=[], baseline="base", metric="online_reward")
+    assert body[1][header.index("− base (paired, 95% CI)")] == "+0.200 ± 0.000 (n=7)"
+    assert body[0][header.index("− base (paired, 95% CI)")] == "baseline"
+
+
+# ----------------------------------------------------------------------------- the tiny real grid
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The tiny grid, run once uninterrupted: (grid, per-seed table, report, output paths, folder)."""
+    root = tmp_path_factory.mktemp("grid")
+    path = write_spec(root, tiny_spec())
+    grid = plan_grid(load_grid(path), source=path, runs_dir=root / "runs")
+    lines: list[str] = []
+    report = run_grid(grid, jobs=1, code=FIXED_CODE, report=lines.append)
+    table = grid_table(grid)
+    paths = write_grid(grid, table, root / "out", command=grid_command(grid, root / "out"))
+    return grid, table, report, paths, root, lines
+
+
+@pytest.mark.slow
+def test_grid_runs_every_cell_and_the_per_seed_rows_are_the_summaries(made):
+    grid, table, report, paths, root, lines = made
+    assert len(grid.runs) == 8 and len(report.made) == 8 and not report.reused
+    assert [line.split("]")[0] for line in lines if line.startswith("[")] == [f"[{i}/8" for i in range(1, 9)]
+    assert all("elapsed 0:" in line for line in lines if line.startswith("["))
+    csv = pd.read_csv(paths["per_seed"], dtype={AXIS: str, "code_version": str, "config_hash": str})
+    assert list(zip(csv["row"], csv[AXIS], csv["seed"])) == [
+        (r, x, s) for r in ("grpo", "running mean") for x in ("0.0", "1.0") for s in (0, 1)]
+    assert csv["config_hash"].nunique() == 4 and set(csv["code_version"]) == {"000000000000"}
+    for _, row in csv.iterrows():
+        summary = json.loads((Path(row["run_dir"]) / "summary.json").read_text())
+        assert summary["seed"] == row["seed"]
+        assert summary["provenance"]["overrides"] == [*shrink_overrides("grpo"), f"{AXIS}={row[AXIS]}"]
+        numbers = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and k != "seed"}
+        assert numbers and all(row[k] == pytest.approx(v, rel=1e-5, nan_ok=True) for k, v in numbers.items())
+    # The axis is a real knob: the task factor changes what runs.
+    on = csv[(csv["row"] == "grpo") & (csv["seed"] == 0)]
+    assert on.iloc[0]["episodes_completed"] != on.iloc[1]["episodes_completed"] or \
+        on.iloc[0]["online_reward"] != on.iloc[1]["online_reward"]
+
+
+@pytest.mark.slow
+def test_the_aggregate_is_the_per_seed_table_by_numpy(made):
+    grid, table, report, paths, root, lines = made
+    csv = pd.read_csv(paths["per_seed"], dtype={AXIS: str, "code_version": str, "config_hash": str})
+    agg = pd.read_csv(paths["style-drift.csv"], dtype={AXIS: str})
+    t = sps.t.ppf(0.975, 1)
+    assert len(agg) == 4
+    for _, cell in agg.iterrows():
+        mine = csv[(csv["row"] == cell["row"]) & (csv[AXIS] == cell[AXIS])].sort_values("seed")
+        base = csv[(csv["row"] == "grpo") & (csv[AXIS] == cell[AXIS])].sort_values("seed")
+        v = mine["online_reward"].to_numpy()
+        assert cell["online_reward"] == pytest.approx(v.mean(), abs=1e-6)
+        assert cell["online_reward_ci95"] == pytest.approx(t * v.std(ddof=1) / math.sqrt(2), abs=1e-5)
+        assert cell["n"] == 2 and cell["collapses"] == mine["collapsed"].sum()
+        if cell["row"] != "grpo":
+            d = v - base["online_reward"].to_numpy()
+            assert cell["online_reward_diff"] == pytest.approx(d.mean(), abs=1e-6)
+            assert cell["online_reward_diff_ci95"] == pytest.approx(t * d.std(ddof=1) / math.sqrt(2), abs=1e-5)
+            assert cell["mde"] == pytest.approx((t + sps.t.ppf(0.8, 1)) * d.std(ddof=1) / math.sqrt(2), abs=1e-5)
+    md = paths["style-drift.md"].read_text()
+    assert "`sao-env grid " in md and "`env.latency.task_sigma` in {0.0, 1.0}" in md
+    assert "- **seeds**: 0, 1; n per cell: 2" in md and "`env.phases.0.duration_h=0.01`" in md
+    running = agg[(agg["row"] == "running mean") & (agg[AXIS] == "1.0")].iloc[0]
+    assert f"{running['online_reward_diff']:+.3f} ± {running['online_reward_diff_ci95']:.3f} (n=2)" in md
+    assert paths["figure"].stat().st_size > 10_000
+    manifest = json.loads(paths["manifest"].read_text())
+    assert manifest["axis_values"] == {AXIS: ["0.0", "1.0"]} and manifest["baseline"] == "grpo"
+
+
+@pytest.mark.slow
+def test_a_second_grid_reuses_every_run(made, monkeypatch, capsys):
+    from sao_env import provenance
+
+    grid, table, report, paths, root, lines = made
+    again = run_grid(plan_grid(grid.spec, source=grid.source, runs_dir=root / "runs"), jobs=1, code=FIXED_CODE)
+    assert again.made == [] and len(again.reused) == 8
+    pd.testing.assert_frame_equal(grid_table(grid), table)
+    monkeypatch.setattr(provenance, "code_version", lambda: FIXED_CODE)
+    out = root / "again"
+    args = ["grid", str(grid.source), "--out", str(out), "--runs-dir", str(root / "runs"), "--jobs", "1"]
+    assert main([*args, "--dry-run"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == "8 runs: 0 to run, 8 to reuse"
+    assert sum(line.startswith("reuse  style-drift | ") for line in listed) == 8
+    assert f"  {out / 'per-seed.csv'}" in listed and not out.exists()
+    assert main([*args, "--figure", "difference"]) == 0
+    log = (out / "grid.log").read_text()
+    assert "reusing 8 of 8 runs" in log and "0 runs made, 8 reused" in log
+    pd.testing.assert_frame_equal(pd.read_csv(out / "per-seed.csv"), pd.read_csv(paths["per_seed"]))
+
+
+def _forget_parents_workers() -> None:
+    """In a forked child: the parent's math-grading workers and their fork server are not its own."""
+    from multiprocessing import forkserver
+
+    from sao_env.graders import math as math_grader
+
+    math_grader._POOLS.clear()
+    server = forkserver._forkserver
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+
+
+@pytest.mark.slow
+def test_an_interrupted_grid_resumes_to_the_same_table(made, tmp_path):
+    """A child process runs the grid's grpo row at seed 0 (two runs, one per axis value) and is killed
+    (SIGKILL) inside the second run, after its first checkpoints; the grid run again reuses the first
+    run, resumes the second from its checkpoint and ends with the uninterrupted grid's rows."""
+    import torch
+
+    from sao_env.experiment import reuse_check
+    from sao_env.runtime.checkpoint import CheckpointEvery
+
+    grid, table, *_ = made
+    spec = grid.spec.model_copy(update={"seeds": [0], "rows": grid.spec.rows[:1]})
+    mine = plan_grid(spec, source=grid.source, runs_dir=tmp_path / "runs")
+    every = CheckpointEvery(updates=2)
+
+    def child() -> None:
+        _forget_parents_workers()
+        step, calls = torch.optim.Adam.step, [0]
+
+        def killing_step(self, *a, **k):
+            out = step(self, *a, **k)
+            calls[0] += 1
+            if calls[0] == 6:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        def arm(run, summary, seconds) -> None:
+            torch.optim.Adam.step = killing_step
+
+        run_grid(mine, jobs=1, code=FIXED_CODE, on_done=arm, checkpoint_every=every)
+        os._exit(0)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join()
+    assert process.exitcode == -signal.SIGKILL
+    states = [reuse_check(run.plan, FIXED_CODE) for run in mine.runs]
+    assert states[0][0] and states[0][1].startswith("finished with the same configuration")
+    assert not states[1][0] and states[1][1].startswith("unfinished; resumes from its checkpoint"), states[1]
+    resumed = run_grid(mine, jobs=1, code=FIXED_CODE, checkpoint_every=every)
+    assert [r.plan.out for r in resumed.reused] == [mine.runs[0].plan.out]
+    assert [r.plan.out for r in resumed.made] == [mine.runs[1].plan.out]
+    after = grid_table(mine).drop(columns=["run_dir"])
+    before = table[(table["seed"] == 0) & (table["row"] == "grpo")].drop(columns=["run_dir"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(after, before)
+
+
+# ----------------------------------------------------------------------------- figure and site
+
+
+def test_figures_for_no_one_and_two_axes(tmp_path):
+    table = hand_table()
+    two = pd.concat([table.assign(y="p"), table.assign(y="q", online_reward=table["online_reward"] + 0.1)],
+                    ignore_index=True)
+    for axes, frame in (([], table[table["x"] == "2"]), (["x"], table), (["x", "y"], two)):
+        agg = maps.aggregate(frame, axes=axes, rows=["a", "b", "c"], baseline="a", metric="online_reward")
+        for difference in (False, True):
+            path = maps.plot_map(agg, tmp_path / f"{len(axes)}-{difference}.png", axes=axes, rows=["a", "b", "c"],
+                                 baseline="a", metric="online_reward", difference=difference)
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_site_lists_the_maps_of_its_subfolders(tmp_path):
+    board = tmp_path / "boards"
+    where = board / "regimes"
+    where.mkdir(parents=True)
+    agg = maps.aggregate(hand_table(), axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    agg.to_csv(where / "s.csv", index=False)
+    maps.plot_map(agg, where / maps.FIGURE, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    (where / maps.MANIFEST).write_text(json.dumps({
+        "title": "Regime map", "scenarios": ["s"], "rows": [{"label": x, "agent": x, "overrides": []} for x in "abc"],
+        "axes": ["x"], "axis_values": {"x": ["0.5", "2"]}, "cut": [], "seeds": [0, 1, 2, 3], "baseline": "a",
+        "metric": "online_reward", "command": "sao-env grid g.yaml --out boards/regimes"}))
+    page = write_site(board, generator="test").read_text()
+    assert '<section id="maps">' in page and "Regime map" in page and '<a href="#maps">maps</a>' in page
+    assert "sao-env grid g.yaml --out boards/regimes" in page and 'alt="map: regimes"' in page
+    b = agg[(agg["row"] == "b") & (agg["x"] == "2")].iloc[0]
+    assert f"{b['online_reward']:.3f} ± {b['online_reward_ci95']:.3f}" in page
+    assert f"{b['online_reward_diff']:+.3f} ± {b['online_reward_diff_ci95']:.3f} (n=4)" in page
+    empty = tmp_path / "plain"
+    assert 'id="maps"' not in write_site(empty, generator="test").read_text()
