@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from sao_env.tasks import TaskSource, build_source
 from sao_env.types import Task, Turn
@@ -24,8 +24,15 @@ from sao_env.types import Task, Turn
 HOUR = 3600.0
 
 
+MAX_EVAL_POINTS = 100_000
+"""The most held-out evaluations a scenario may schedule (its duration over ``eval.interval_h``, plus
+the final one): beyond it the schedule alone would not fit in memory, and the run would never end."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys, infinite and NaN numbers are errors."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SourceSpec(_Strict):
@@ -139,7 +146,7 @@ class EvalSpec(_Strict):
     """Held-out evaluation every this many simulated hours (and at the end)."""
     prompts_per_phase: int = Field(64, gt=0)
     """Size of each phase's held-out set."""
-    seed: int = 12345
+    seed: int = Field(12345, ge=0)
     """Seed of the held-out sets and of evaluation sampling; shared by every agent and seed."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature at evaluation (1.0 measures the policy's actual style shares)."""
@@ -153,7 +160,7 @@ class WarmStartSpec(_Strict):
     steps: int = Field(600, ge=0)
     batch_size: int = Field(64, gt=0)
     lr: float = Field(3e-3, gt=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     phases: list[int] | None = None
     """Indices of the phases whose sources give demonstrations (None: every phase, uniformly).
     ``[0]`` starts from a policy that knows only the first phase's world, e.g. last week's code."""
@@ -187,12 +194,27 @@ class ScenarioSpec(_Strict):
     """Override of the DIS band's upper width for this scenario (r must stay below 1 + eps_high)."""
 
     @model_validator(mode="after")
-    def _sources_exist(self) -> "ScenarioSpec":
+    def _schedule_fits(self) -> "ScenarioSpec":
+        """Refuse an evaluation schedule of more than ``MAX_EVAL_POINTS`` points before anything is built."""
+        total_h = sum(p.duration_h for p in self.phases)
+        points = total_h / self.eval.interval_h + 1
+        if not math.isfinite(total_h) or points > MAX_EVAL_POINTS:
+            raise ValueError(f"{total_h:g} simulated hours evaluated every {self.eval.interval_h:g} h is "
+                             f"{points:.3g} evaluations, more than {MAX_EVAL_POINTS:,}: shorten the phases or "
+                             f"raise eval.interval_h")
+        return self
+
+    @model_validator(mode="after")
+    def _sources_exist(self, info: ValidationInfo) -> "ScenarioSpec":
+        """Every source builds from its parameters (skipped under the context ``{"build_sources": False}``:
+        the command line's quick check before torch loads, since a benchmark stream's source reads its rows)."""
         bad = [i for i in self.warm_start.phases or [] if not 0 <= i < len(self.phases)]
         if bad:
             raise ValueError(f"warm_start.phases {bad} are not phase indices (0..{len(self.phases) - 1})")
         if self.warm_start.phases is not None and self.warm_start.sources is not None:
             raise ValueError("warm_start: give phases or sources, not both")
+        if not (info.context or {}).get("build_sources", True):
+            return self
         for source in self.warm_start.sources or []:
             build_source(source.name, source.params)
         for phase in self.phases:

@@ -56,3 +56,90 @@ def test_readme_compare_example_leaves_a_fresh_clone_clean(tmp_path):
     assert (clone / "runs" / "leaderboards" / "style-drift.md").is_file()
     status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
     assert status.stdout == ""
+
+
+# -- 6. hostile values: one line, exit 2, before any work ------------------------------------------------
+
+def _cli(args: list[str], cwd: Path) -> tuple[int, str, bool]:
+    """``sao-env ARGS`` in a fresh interpreter: (exit code, stderr, whether torch was imported)."""
+    snippet = ("import sys\nfrom sao_env.cli import main\ncode = main(sys.argv[1:])\n"
+               "print('torch' in sys.modules)\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", snippet, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stderr, done.stdout.strip().endswith("True")
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("env.phases.0.duration_h=1e9", "invalid configuration at env: Value error, 1e+09 simulated hours evaluated every "
+     "0.02 h is 5e+10 evaluations, more than 100,000: shorten the phases or raise eval.interval_h"),
+    ("env.phases.1.duration_h=.inf", "invalid configuration at env.phases.1.duration_h: Input should be a finite number"),
+    ("env.eval.interval_h=.nan", "invalid configuration at env.eval.interval_h: Input should be a finite number"),
+    ("env.latency.decode_s_per_token=-1", "invalid configuration at env.latency.decode_s_per_token: "
+     "Input should be greater than or equal to 0"),
+    ("env.rollout_slots=0", "invalid configuration at env.rollout_slots: Input should be greater than 0"),
+    ("env.eval.prompts_per_phase=-3", "invalid configuration at env.eval.prompts_per_phase: Input should be greater than 0"),
+    ("env.eval.seed=-1", "invalid configuration at env.eval.seed: Input should be greater than or equal to 0"),
+    ("agent.runtime.time_scale=.inf", "invalid configuration at agent.runtime.time_scale: Input should be a finite number"),
+])
+def test_hostile_scenario_and_runtime_values_fail_before_torch_loads(tmp_path, override, line):
+    code, err, torch_loaded = _cli(["run", "--out", str(tmp_path / "run"), override], tmp_path)
+    assert (code, err, torch_loaded) == (2, f"sao-env: error: {line}\n", False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_names_fail_before_torch_loads(tmp_path):
+    code, err, torch_loaded = _cli(["run", "--env", "no-such-env"], tmp_path)
+    assert code == 2 and not torch_loaded
+    assert err.startswith("sao-env: error: unknown env 'no-such-env'; known: ") and err.count("\n") == 1
+    code, err, torch_loaded = _cli(["compare", "--agents", "sao,nope"], tmp_path)
+    assert code == 2 and not torch_loaded and err.startswith("sao-env: error: unknown agent 'nope'; known: ")
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ("agent.hparams.lr=.inf", "invalid configuration at agent.hparams.lr: Input should be a finite number"),
+    ("agent.hparams.lr=.nan", "invalid configuration at agent.hparams.lr: Input should be a finite number"),
+    ("agent.hparams.lr=1e300", "invalid configuration at agent.hparams.lr: Input should be less than or equal to 1000000"),
+    ("agent.hparams.critic_lr=-1e-4", "invalid configuration at agent.hparams.critic_lr: Input should be greater than 0"),
+    ("agent.hparams.adam_betas=[0.9,1.5]", "invalid configuration at agent.hparams.adam_betas: "
+     "Value error, Adam's betas must lie in [0, 1), got [0.9, 1.5]"),
+    ("agent.hparams.episodes_per_update=0", "invalid configuration at agent.hparams.episodes_per_update: "
+     "Input should be greater than or equal to 1"),
+])
+def test_hostile_hyperparameters_are_one_line_errors(capsys, tmp_path, override, line):
+    assert main(["run", "--agent", "sao", "--out", str(tmp_path / "run"), override]) == 2
+    assert capsys.readouterr().err == f"sao-env: error: {line}\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_loss_that_stays_nonfinite_stops_the_learner(tiny):
+    """One skipped step is tolerated (a NaN reward); NONFINITE_LIMIT = 3 in a row stop the run."""
+    from sao_env.agents import ALGORITHMS
+    from sao_env.agents.base import NONFINITE_LIMIT, Diverged
+    from sao_env.envs.text_env import load_scenario
+    from tests.test_spine_agents import make_episodes
+
+    policy, tok = tiny
+    cls = ALGORITHMS["running_mean"]
+    agent = cls(policy, tok, cls.config_cls(lr=1e-3, episodes_per_update=4))
+    scenario = load_scenario("style-drift")
+    nan = make_episodes(policy, tok, scenario, [float("nan")] * 4)
+    good = make_episodes(policy, tok, scenario, [1.0, 0.0, 1.0, 0.0], seed=1)
+    assert NONFINITE_LIMIT == 3
+    for episodes in (nan, nan, good, nan, nan):  # a finite step in between resets the count
+        agent.update(episodes)
+    assert agent.skipped == 4 and agent.nonfinite == 2
+    with pytest.raises(Diverged) as err:
+        agent.update(nan)
+    assert str(err.value) == ("the actor's loss or gradient was non-finite at 3 optimizer steps in a row: the run "
+                              "diverged and stops without a summary; lower agent.hparams.lr (now 0.001) or check the rewards")
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_with_one_line_and_no_summary(capsys, tmp_path):
+    out = tmp_path / "run"
+    code = main(["run", "--agent", "running_mean", "--out", str(out), *SHRINK, "agent.hparams.lr=1e6"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines()[-1] == (
+        "sao-env: error: the actor's loss or gradient was non-finite at 3 optimizer steps in a row: the run diverged "
+        "and stops without a summary; lower agent.hparams.lr (now 1e+06) or check the rewards")
+    assert not (out / "summary.json").exists()

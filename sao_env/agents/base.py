@@ -12,20 +12,27 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.algos import masked_mean
+from sao_env.errors import UserError
 from sao_env.policy.generate import sequence_logprobs
 from sao_env.types import Episode
 
 
+MAX_LR = 1e6
+"""The largest learning rate a recipe may set: Adam moves each weight by about lr per step, so a larger one
+diverges at its first step, and past float32's range (3.4e38) the optimizer cannot take the step at all."""
+
+
 class AgentConfig(BaseModel):
-    """Hyper-parameters common to every agent (each algorithm adds its own)."""
+    """Hyper-parameters common to every agent (each algorithm adds its own); unknown keys, infinite
+    and NaN numbers are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    lr: float = Field(1e-4, gt=0)
+    lr: float = Field(1e-4, gt=0, le=MAX_LR)
     """Actor learning rate (Adam)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     """Adam's betas for every optimizer of the agent."""
@@ -38,6 +45,13 @@ class AgentConfig(BaseModel):
     """Loss aggregation, see ``sao_env.algos.agg_loss``."""
     reward_norm: bool = False
     """Normalise rewards by a running mean/std before computing advantages (long, noisy episodes)."""
+
+    @field_validator("adam_betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"Adam's betas must lie in [0, 1), got {list(betas)}")
+        return betas
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,28 @@ def resolve_band(eps_low: float | None, eps_high: float | None, default: tuple[f
     return (default[0] if eps_low is None else eps_low, default[1] if eps_high is None else eps_high)
 
 
+NONFINITE_LIMIT = 3
+"""Optimizer steps of one model in a row (the actor's, or the critic's) skipped for a non-finite loss or
+gradient, after which the run stops with ``Diverged``: one such step (a NaN reward) is skipped and the run
+goes on; a loss that stays non-finite (an infinite or huge learning rate, a broken grader) would otherwise
+train nothing and still produce a board."""
+
+
+class Diverged(UserError):
+    """The learner's loss or gradient stayed non-finite for ``NONFINITE_LIMIT`` steps in a row."""
+
+
+def nonfinite_streak(streak: int, skipped: bool, *, model: str, setting: str) -> int:
+    """The count of consecutive skipped steps after one more step; raises ``Diverged`` at ``NONFINITE_LIMIT``.
+    ``setting`` names the learning rate to lower, e.g. ``agent.hparams.lr (now 1e+300)``."""
+    streak = streak + 1 if skipped else 0
+    if streak >= NONFINITE_LIMIT:
+        raise Diverged(f"the {model}'s loss or gradient was non-finite at {streak} optimizer steps in a row: "
+                       f"the run diverged and stops without a summary; "
+                       f"lower {setting} or check the rewards")
+    return streak
+
+
 def guarded_step(
     loss: torch.Tensor, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float | None
 ) -> tuple[float, bool]:
@@ -147,6 +183,8 @@ class Agent:
         self.version = 0
         self.updates = 0
         self.skipped = 0
+        self.nonfinite = 0
+        """Actor steps in a row skipped for a non-finite loss or gradient (``nonfinite_streak``)."""
         self.reward_stats = RunningMeanStd()
         self.actor_params = [p for p in policy.parameters() if p.requires_grad]
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
@@ -181,6 +219,8 @@ class Agent:
         loss, metrics = loss_fn(logp)
         grad_norm, skipped = guarded_step(loss, self.actor_params, self.actor_optimizer, self.config.grad_clip)
         self.skipped += skipped
+        self.nonfinite = nonfinite_streak(self.nonfinite, skipped, model="actor",
+                                          setting=f"agent.hparams.lr (now {self.config.lr:g})")
         if not skipped:
             self.version += 1
         with torch.no_grad():

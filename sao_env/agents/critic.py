@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from sao_env.agents.base import Batch, guarded_step
+from sao_env.agents.base import Batch, guarded_step, nonfinite_streak
 from sao_env.algos import gae, value_loss
 from sao_env.policy.lean import lean_decoder
 
@@ -65,8 +65,10 @@ class Critic:
         self.model = ValueModel(policy, freeze_attention=freeze_attention, **kwargs).eval()  # no dropout, as for the policy
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
-        self.grad_clip, self.agg = grad_clip, agg
+        self.grad_clip, self.agg, self.lr = grad_clip, agg, lr
         self.skipped = 0
+        self.nonfinite = 0
+        """Steps in a row skipped for a non-finite loss or gradient (``nonfinite_streak``)."""
 
     @classmethod
     def for_agent(cls, policy: PreTrainedModel, config) -> "Critic":
@@ -96,6 +98,8 @@ class Critic:
         loss, metrics = value_loss(values, returns_BT, batch.mask_BT, agg=self.agg)
         grad_norm, skipped = guarded_step(loss, self.params, self.optimizer, self.grad_clip)
         self.skipped += skipped
+        self.nonfinite = nonfinite_streak(self.nonfinite, skipped, model="critic",
+                                          setting=f"agent.hparams.critic_lr (now {self.lr:g})")
         out = {f"critic/{k}": v for k, v in metrics.items()}
         out.update({"critic/grad_norm": grad_norm, "critic/skipped_nonfinite": float(self.skipped)})
         return out

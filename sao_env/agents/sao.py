@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from sao_env.agents.base import Agent, AgentConfig, Batch, resolve_band
+from sao_env.agents.base import MAX_LR, Agent, AgentConfig, Batch, resolve_band
 from sao_env.agents.critic import Critic
 from sao_env.agents.segment_dis import policy_losses
 from sao_env.algos import adaptive_lambda, gae, masked_mean, masked_whiten
@@ -35,7 +35,7 @@ from sao_env.types import Episode
 
 
 class SAOConfig(AgentConfig):
-    critic_lr: float = Field(1e-4, gt=0)
+    critic_lr: float = Field(1e-4, gt=0, le=MAX_LR)
     """Critic learning rate (Adam), its own setting (the paper: 5x the actor's, 5e-6 against 1e-6)."""
     critic_updates: int = Field(2, ge=1)
     """K: critic steps per policy update (1: a critic no faster than the actor)."""

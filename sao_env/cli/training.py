@@ -37,6 +37,67 @@ def _checkpoint_every(text: str):
         raise UserError(f"--checkpoint-every: {err}") from None
 
 
+def precheck(env: str, agent: str, overrides: list[str]) -> None:
+    """The scenario and recipe names, the overrides' form and the values of the scenario and the runtime
+    (with the overrides applied), checked before torch is imported: a typo or a value that cannot run is
+    one line in a second. What this cannot see (unknown keys, the algorithm's hyper-parameters) is
+    checked when the configuration is resolved."""
+    from pydantic import ValidationError
+
+    from sao_env.runtime.spec import RuntimeSpec
+    from sao_env.scenario import ScenarioSpec
+    from sao_env.specs import find_spec, load_yaml
+
+    raw = {"env": load_yaml(find_spec("envs", env)), "agent": load_yaml(find_spec("agents", agent))}
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override {item!r} is not of the form key.sub=value")
+        key, value = item.split("=", 1)
+        _set_known(raw, key.split("."), value)
+    runtime = raw["agent"].get("runtime") or {}
+    for prefix, model, data in (("env", ScenarioSpec, raw["env"]), ("agent.runtime", RuntimeSpec, runtime)):
+        if not isinstance(data, dict):
+            continue
+        try:
+            model.model_validate(data, context={"build_sources": False})
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join([prefix, *(str(p) for p in first["loc"])])
+            raise UserError(f"invalid configuration at {where}: {first['msg']}") from None
+
+
+def _set_known(raw: dict, parts: list[str], value: str) -> None:
+    """Set ``parts`` to the YAML ``value`` where the path exists or a model of the scenario or the runtime
+    defines its last key; anything else is left to the full resolution, which names unknown keys."""
+    from sao_env.runtime.spec import RuntimeSpec
+    from sao_env.scenario import EvalSpec, LatencySpec, PhaseSpec, ScenarioSpec, WarmStartSpec
+
+    models = {("env",): ScenarioSpec, ("env", "eval"): EvalSpec, ("env", "latency"): LatencySpec,
+              ("env", "warm_start"): WarmStartSpec, ("env", "phases", "*"): PhaseSpec, ("agent", "runtime"): RuntimeSpec}
+    node = raw
+    for i, part in enumerate(parts):
+        shape = tuple("*" if p.isdigit() else p for p in parts[:i])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                return
+            part = int(part)
+        elif not isinstance(node, dict):
+            return
+        elif part not in node:
+            model = models.get(shape)
+            if model is None or part not in model.model_fields:
+                return
+            if i < len(parts) - 1:
+                node[part] = {}
+        if i == len(parts) - 1:
+            try:
+                node[part] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                return
+        else:
+            node = node[part]
+
+
 def _interrupted(err, resume_command: list[str]) -> None:
     """A run stopped by a signal: one line on stderr saying how to resume, and the signal's exit code."""
     console.print(f"sao-env: {err}; resume with: {shlex.join(resume_command)}", soft_wrap=True, highlight=False,
@@ -85,6 +146,7 @@ def run(
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
     """Run one agent on one drifting scenario in simulated time."""
+    precheck(env, agent, overrides or [])
     from sao_env.experiment import RunInterrupted, expand_config, plan_run, reuse_check, run_experiment
     from sao_env.provenance import code_key, code_version
     from sao_env.trackers import parse_loggers, require
@@ -132,6 +194,8 @@ def compare(
     """Run agents x seeds on one scenario, then write the leaderboard table and adaptation plot.
 
     An unfinished run whose checkpoint has the same configuration hash and code is resumed."""
+    for name in dict.fromkeys(a.strip() for a in agents.split(",") if a.strip()):
+        precheck(env, name, overrides or [])
     from sao_env.experiment import RunInterrupted, plan_run, reuse_check, run_many, writing
     from sao_env.leaderboard.plots import plot_adaptation
     from sao_env.leaderboard.tables import load_summaries, write_leaderboard

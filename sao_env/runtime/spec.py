@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class RuntimeSpec(BaseModel):
     """How rollouts and the learner are scheduled (agents/*.yaml ``runtime:``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["sim", "threads", "ray"] = "sim"
     """Engine: ``sim`` (discrete-event, simulated clock, deterministic), ``threads`` (one machine, learner
