@@ -143,3 +143,29 @@ def test_a_diverging_run_stops_with_one_line_and_no_summary(capsys, tmp_path):
         "sao-env: error: the actor's loss or gradient was non-finite at 3 optimizer steps in a row: the run diverged "
         "and stops without a summary; lower agent.hparams.lr (now 1e+06) or check the rewards")
     assert not (out / "summary.json").exists()
+
+
+# -- 8. eval of a local path that does not exist ----------------------------------------------------------
+
+@pytest.mark.parametrize("argument", ["runs/does-not-exist", "./nope", "/nowhere/model", "a/b/c"])
+def test_eval_of_a_missing_local_path_is_one_line_at_once(capsys, tmp_path, monkeypatch, argument):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    start = time.perf_counter()
+    assert main(["eval", argument, "--suite", "beyond_aime", "--limit", "1"]) == 2
+    assert time.perf_counter() - start < 5
+    assert capsys.readouterr().err == (f"sao-env: error: {argument}: no such run directory or model folder "
+                                       "(a Hugging Face id is NAME or ORG/NAME)\n")
+
+
+def test_eval_names_a_broken_link_and_keeps_hub_ids(capsys, tmp_path, monkeypatch):
+    from sao_env.benchmarks.runner import resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    assert main(["eval", "link", "--suite", "beyond_aime"]) == 2
+    assert capsys.readouterr().err == "sao-env: error: link: a broken link (a Hugging Face id is NAME or ORG/NAME)\n"
+    assert resolve_model("Qwen/Qwen2.5-Math-1.5B").load == "Qwen/Qwen2.5-Math-1.5B"
+    assert resolve_model("./served-name", local=False).load == "./served-name"  # --backend openai: a served name

@@ -21,10 +21,27 @@ class ModelRef:
     checkpoint: str | None = None
 
 
-def resolve_model(argument: str, checkpoint: str | None = None) -> ModelRef:
+def looks_local(argument: str) -> bool:
+    """Whether ``argument`` can only mean a path on this machine, not a Hugging Face id (``NAME`` or
+    ``ORG/NAME``): it starts with ``/``, ``./``, ``../`` or ``~``, has more than one separator, or its
+    first part is a folder here (``runs/does-not-exist`` beside a ``runs/`` folder)."""
+    import os
+
+    text = argument.replace(os.sep, "/")
+    parts = text.split("/")
+    return (text.startswith(("/", "./", "../", "~")) or text in (".", "..") or len(parts) > 2
+            or (len(parts) == 2 and Path(parts[0]).is_dir()))
+
+
+def resolve_model(argument: str, checkpoint: str | None = None, *, local: bool = True) -> ModelRef:
     """A run directory (``config.yaml`` + ``checkpoints/``) means its ``checkpoints/final`` (or
-    ``checkpoint``); any other folder is a model folder; anything else a hub id / served name."""
+    ``checkpoint``); any other folder is a model folder; anything else a hub id / served name.
+    With ``local`` (backends that load the weights here), an argument that ``looks_local`` but does not
+    exist is an error at once, before any suite or hub is read."""
     path = Path(argument)
+    if local and not path.exists() and (path.is_symlink() or looks_local(argument)):
+        what = "a broken link" if path.is_symlink() else "no such run directory or model folder"
+        raise UserError(f"{argument}: {what} (a Hugging Face id is NAME or ORG/NAME)")
     if path.is_dir() and (path / "checkpoints").is_dir() and (path / "config.yaml").is_file():
         name = checkpoint or "final"
         folder = path / "checkpoints" / name
@@ -67,7 +84,7 @@ def run_eval(
     from sao_env.benchmarks.backends import make_backend
 
     options = options or EvalOptions()
-    ref = resolve_model(model, checkpoint)
+    ref = resolve_model(model, checkpoint, local=backend != "openai")
     specs = [load_suite(name) for name in suites]
     runs = [prepare_suite(spec, data, options.limit) for spec in specs]
     if any(spec.grader == "swebench" for spec in specs):
