@@ -169,3 +169,86 @@ def test_eval_names_a_broken_link_and_keeps_hub_ids(capsys, tmp_path, monkeypatc
     assert capsys.readouterr().err == "sao-env: error: link: a broken link (a Hugging Face id is NAME or ORG/NAME)\n"
     assert resolve_model("Qwen/Qwen2.5-Math-1.5B").load == "Qwen/Qwen2.5-Math-1.5B"
     assert resolve_model("./served-name", local=False).load == "./served-name"  # --backend openai: a served name
+
+
+# -- 9. smaller: a sweep cut that cuts, strict JSON, full names, legends of overrides ----------------------
+
+def test_readme_sweep_example_cuts_the_scenario():
+    """Every ``--cut key=value`` of the README's sweep example changes the scenario it names."""
+    import re
+
+    import yaml
+
+    from sao_env.experiment import apply_override
+
+    cuts = re.findall(r"sao-env sweep .*?--cut (\S+)", (REPO / "README.md").read_text())
+    assert cuts == ["env.phases.0.duration_h=0.05"]
+    raw = {"env": yaml.safe_load((REPO / "envs" / "style-drift.yaml").read_text())}
+    before = raw["env"]["phases"][0]["duration_h"]
+    apply_override(raw, cuts[0])
+    assert (before, raw["env"]["phases"][0]["duration_h"]) == (0.1, 0.05)
+
+
+def test_strict_json_writes_null_for_non_finite_numbers():
+    from sao_env.cli.training import strict_json
+
+    assert strict_json({"auc": 0.25, "recovery_h": float("nan"), "rate": float("inf"), "n": 3}) == (
+        '{\n "auc": 0.25,\n "recovery_h": null,\n "rate": null,\n "n": 3\n}')
+
+
+def test_list_prints_whole_descriptions(capsys):
+    import yaml
+
+    assert main(["list"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for kind in ("envs", "agents", "evals"):
+        for path in sorted((REPO / kind).glob("*.yaml")):
+            description = " ".join(str(yaml.safe_load(path.read_text()).get("description", "")).split())
+            assert f"{path.stem} " in out and description in out, path
+
+
+def test_eval_table_prints_whole_names_on_a_narrow_terminal(capsys, monkeypatch):
+    from sao_env.cli.benchmarks import _print_summaries
+
+    monkeypatch.setenv("COLUMNS", "40")
+    _print_summaries([{"model": "a-long-model-name/checkpoint-final", "suite": "imo_answerbench_combinatorics",
+                       "accuracy": 0.5, "ci95_low": 0.1, "ci95_high": 0.9, "k": 4, "problems": 30, "grader": "rule",
+                       "answer_fallback": "last-number"}])
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for text in ("a-long-model-name/checkpoint-final", "imo_answerbench_combinatorics", "[10.0, 90.0]",
+                 "box, answer is, last number"):
+        assert text in out
+
+
+@pytest.mark.slow
+def test_run_prints_strict_json_and_its_plot_names_the_overrides(capsys, tmp_path, monkeypatch):
+    import json
+
+    from sao_env.leaderboard import plots
+
+    drawn: list[list[str]] = []
+    original = plots.plot_curves
+
+    def spy(curves, *args, **kwargs):
+        drawn.append(sorted(curves["label"].unique()))
+        return original(curves, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_curves", spy)
+    out = tmp_path / "run"
+    overrides = [*SHRINK, "agent.hparams.lr=3e-5"]
+    assert main(["run", "--agent", "running_mean", "--out", str(out), *overrides]) == 0
+    err = capsys.readouterr().err.splitlines()
+    printed = "\n".join(err[err.index("{"):])
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    shown = json.loads(printed, parse_constant=refuse)
+    summary = json.loads((out / "summary.json").read_text())
+    for key, value in shown.items():
+        if isinstance(summary[key], float) and summary[key] != summary[key]:
+            assert value is None, key
+        else:
+            assert value == summary[key], key
+    assert drawn == [[f"running_mean ({'; '.join(overrides)})"]]

@@ -45,16 +45,20 @@ def _print_summaries(summaries: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     table = Table(title=f"{summaries[0]['model']}" if summaries else None)
     for column in ("suite", "accuracy", "95% CI", "k", "problems", "grader", "answer from"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True)
     for s in summaries:
         acc = "n/a" if s["accuracy"] is None else f"{100 * s['accuracy']:.1f}%"
         ci = "n/a" if s["ci95_low"] is None else f"[{100 * s['ci95_low']:.1f}, {100 * s['ci95_high']:.1f}]"
         source = {None: "-", "none": "last box", "answer-is": "box, answer is", "last-number": "box, answer is, last number"}
         table.add_row(s["suite"], acc, ci, str(s["k"]), str(s["problems"]), s["grader"],
                       source.get(s.get("answer_fallback"), str(s.get("answer_fallback"))))
+    console = Console()
+    needed = max(console.measure(table, options=console.options.update_width(10_000)).maximum,
+                 len(str(table.title or "")))
+    if needed > console.width:  # a narrow terminal or a log file: widen rather than cut names
+        console = Console(width=needed)
     console.print(table)
     for s in summaries:
         if s.get("_out"):

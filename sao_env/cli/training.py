@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
+import textwrap
 from pathlib import Path
 from typing import Optional
 
@@ -173,8 +175,15 @@ def run(
                            *(overrides or []), "--resume"])
     except KeyboardInterrupt as err:  # SIGINT or SIGTERM (``cli.app.Stopped``) in a real-time run
         _stopped(err, f"{plan.out} is unfinished (no summary.json)")
-    console.print(f"run directory: {plan.out}")
-    console.print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, indent=1))
+    console.print(f"run directory: {plan.out}", soft_wrap=True, highlight=False, markup=False)
+    console.print(strict_json({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}),
+                  soft_wrap=True, highlight=False, markup=False)
+
+
+def strict_json(data: dict) -> str:
+    """``data`` as JSON that strict parsers read: a non-finite number (a recovery never reached) is null."""
+    return json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()},
+                      indent=1, allow_nan=False)
 
 
 def compare(
@@ -272,6 +281,10 @@ def leaderboard(
         console.print(f"summary: {write_summary(summary)}")
 
 
+LIST_WIDTH = 110
+"""``sao-env list`` wraps descriptions at this many characters, between words; names are never cut."""
+
+
 def list_specs() -> None:
     """List scenarios, agent recipes, benchmark suites and registered Gymnasium ids."""
     import gymnasium as gym
@@ -283,7 +296,10 @@ def list_specs() -> None:
         for name in available(kind):
             data = load_yaml(find_spec(kind, name))
             extra = f"[{data.get('algorithm')}] " if kind == "agents" else ""
-            typer.echo(f"  {name:<20} {extra}{' '.join(str(data.get('description', '')).split())[:90]}")
+            first = f"  {name:<20} "
+            text = f"{extra}{' '.join(str(data.get('description', '')).split())}"
+            typer.echo(textwrap.fill(text, LIST_WIDTH, initial_indent=first, subsequent_indent=" " * 23,
+                                     break_long_words=False, break_on_hyphens=False) if text else first.rstrip())
     typer.echo("gymnasium ids:")
     for env_id in sorted(k for k in gym.registry if k.startswith("sao/")):
         typer.echo(f"  {env_id}")
