@@ -3,10 +3,12 @@ reproducibility, admission control (staleness), the bounded buffer, every recipe
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -34,6 +36,78 @@ def numbers(record: dict):
     for key, value in record.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             yield key, value
+
+
+def check_logs_agree_with_summary(run_dir, summary, spec) -> None:
+    """Recompute the summary's counts and means from the run's own logs; check every episode's version
+    tag against the updates logged before it started and every evaluation against the updates before it.
+    ``spec`` is the run's scenario spec (phase lengths and evaluation interval).
+
+    An update's episodes count as consumed when the learner takes them, its line is logged when it
+    ends ``perf/update_sim_s`` later: an evaluation during an update (and the summary, when the run
+    ends during one) counts that update's batch already."""
+    episodes = read_jsonl(run_dir / "episodes.jsonl")
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    evals = read_jsonl(run_dir / "evals.jsonl")
+    lines = [r for r in records if r.get("kind") != "eval"]
+    ends = np.cumsum([p.duration_h * 3600 for p in spec.phases])
+    duration, hours = float(ends[-1]), float(ends[-1]) / 3600
+    rewards = [e["reward"] for e in episodes]
+    assert episodes and lines
+    assert len(episodes) == summary["episodes_completed"]
+    assert summary["online_reward"] == pytest.approx(math.fsum(rewards) / len(rewards), rel=1e-12)
+    assert summary["reward_per_hour"] == pytest.approx(math.fsum(rewards) / hours, rel=1e-12)
+    assert [r["update"] for r in lines] == list(range(1, len(lines) + 1))
+    assert summary["updates_per_hour"] == pytest.approx(len(lines) / hours, rel=1e-12)
+    batches = np.diff([0] + [r["episodes"] for r in lines])
+    assert min(batches) >= summary["episodes_per_update_nominal"]
+    consumed = summary["episodes_consumed"]
+    assert consumed == evals[-1]["episodes"] <= len(episodes) - summary["dropped"]
+    unfinished = consumed - lines[-1]["episodes"]  # the batch of an update the run ended during
+    assert unfinished == 0 or unfinished >= summary["episodes_per_update_nominal"]
+    assert summary["episodes_per_hour"] == pytest.approx(consumed / hours, rel=1e-12)
+    assert summary["episodes_per_update"] == pytest.approx(consumed / len(lines), rel=1e-12)
+    hist = summary["staleness_hist"]
+    assert sum(hist) == consumed
+    assert summary["staleness_mean"] == pytest.approx(sum(i * h for i, h in enumerate(hist)) / consumed, rel=1e-12)
+    assert len(hist) - 1 >= max(r["async/staleness_max"] for r in lines)
+    if not unfinished:
+        assert len(hist) - 1 == max(r["async/staleness_max"] for r in lines)
+        weighted = math.fsum(r["async/staleness_mean"] * b for r, b in zip(lines, batches)) / consumed
+        assert summary["staleness_mean"] == pytest.approx(weighted, rel=1e-9, abs=1e-12)
+    # Version tags: an episode carries the version deployed when it started, the version of the last
+    # update logged at or before its start (0 before the first). The final version counts an update
+    # the run ended during (its step was taken when its batch was).
+    assert summary["final_version"] == lines[-1]["version"] + (unfinished > 0)
+    times, versions = [r["sim_time_s"] for r in lines], [r["version"] for r in lines]
+    for e in episodes:
+        k = bisect.bisect_right(times, e["sim_start"])
+        assert e["version"] == (versions[k - 1] if k else 0), e
+        assert e["sim_start"] <= e["sim_end"] <= duration
+    # Evaluations, interleaved in metrics.jsonl, see exactly the updates logged before them (and the
+    # batch of the next one if it had started).
+    seen, following = (0, 0, 0), iter(lines)
+    upcoming = next(following, None)
+    for r in records:
+        if r.get("kind") != "eval":
+            seen, upcoming = (r["update"], r["episodes"], r["version"]), next(following, None)
+            continue
+        t, episodes_seen = r["sim_time_s"], seen[1]
+        if upcoming is not None and upcoming["sim_time_s"] - upcoming["perf/update_sim_s"] < t - 1e-9:
+            episodes_seen = upcoming["episodes"]
+        elif upcoming is None and t == duration:
+            episodes_seen = consumed
+        assert (r["updates"], r["episodes"], r["version"]) == (seen[0], episodes_seen, seen[2]), t
+    assert [r for r in records if r.get("kind") == "eval"] == [{"kind": "eval", **e} for e in evals]
+    interval = spec.eval.interval_h * 3600
+    expected = [i * interval for i in range(math.ceil(duration / interval - 1e-9))] + [duration]
+    assert [e["sim_time_s"] for e in evals] == pytest.approx(expected)
+    # The area under the active phase's accuracy, by the trapezoid rule over the evaluation times.
+    active = [spec.phases[min(int(np.searchsorted(ends, e["sim_time_s"], side="right")), len(ends) - 1)].name
+              for e in evals]
+    acc = [e[f"eval/{name}/accuracy"] for e, name in zip(evals, active)]
+    area = math.fsum((acc[i] + acc[i + 1]) / 2 * (expected[i + 1] - expected[i]) for i in range(len(acc) - 1))
+    assert summary["auc"] == pytest.approx(area / duration, rel=1e-9, abs=1e-12)
 
 
 # -- reproducibility ------------------------------------------------------------------------------
@@ -147,7 +221,7 @@ def test_drop_oldest_drops_and_counts(shrunk_run):
 
 
 @pytest.mark.parametrize("agent", available("agents"))
-def test_every_recipe_runs_and_logs_finite_metrics(agent, shrunk_run):
+def test_every_recipe_runs_and_logs_finite_metrics(agent, shrunk_run, shrunk_config):
     run_dir, summary = shrunk_run(agent)
     lines = read_jsonl(run_dir / "metrics.jsonl")
     assert updates(run_dir), "no learner update"
@@ -156,8 +230,9 @@ def test_every_recipe_runs_and_logs_finite_metrics(agent, shrunk_run):
         assert not bad, (r.get("update"), bad)
     for key in SUMMARY_KEYS:
         assert key in summary and math.isfinite(summary[key]), key
-    assert 0.0 <= summary["online_reward"] <= 1.0 and 0.0 <= summary["auc"] <= 1.0
-    assert json.loads((run_dir / "summary.json").read_text()).keys() == summary.keys()
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert json.dumps(written, sort_keys=True) == json.dumps(summary, sort_keys=True)
+    check_logs_agree_with_summary(run_dir, summary, shrunk_config(agent).env)
     for name in ("config.yaml", "evals.jsonl", "episodes.jsonl", "timings.json", "adaptation.png"):
         assert (run_dir / name).is_file(), name
 
