@@ -274,6 +274,7 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
         reuse, why = reuse_check(run.plan, code) if skip_existing else (False, "rerun asked")
         (reused if reuse else todo).append(run)
     if reused:
+        _check_metric(metric, json.loads((reused[0].plan.out / "summary.json").read_text()))
         report(f"reusing {len(reused)} of {len(grid.runs)} runs (finished with the same configuration and code)")
     by_out = {run.plan.out: run for run in todo}
     made: list[GridRun] = []
@@ -282,6 +283,7 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
     def done(plan: Any, summary: dict, seconds: float) -> None:
         run = by_out[plan.out]
         made.append(run)
+        _check_metric(metric, summary)
         value = summary.get(metric)
         shown = f"{value:.3f}" if isinstance(value, (int, float)) else "n/a"
         report(f"[{len(made)}/{len(todo)}] {run.describe(grid.axes)}: {metric} {shown}; {seconds:.0f} s, "
@@ -293,6 +295,13 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
     run_many([r.plan for r in todo], jobs=jobs, code=code, show_progress=False, on_done=done, on_warm_start=report,
              **options)
     return GridReport(reused, made)
+
+
+def _check_metric(metric: str, summary: dict) -> None:
+    """Stop a grid at its first finished run when the metric it ranks is not in a run's summary."""
+    if metric not in summary:
+        known = ", ".join(metric_columns([summary]))
+        raise UserError(f"metric {metric!r} is not in the runs' summaries (known: {known})")
 
 
 def _clock(seconds: float) -> str:

@@ -234,9 +234,12 @@ def test_a_second_grid_reuses_every_run(made, monkeypatch, capsys):
     assert listed[0] == "8 runs: 0 to run, 8 to reuse"
     assert sum(line.startswith("reuse  style-drift | ") for line in listed) == 8
     assert f"  {out / 'per-seed.csv'}" in listed and not out.exists()
+    assert main([*args, "--metric", "nonsense"]) == 2  # checked on the reused runs before anything runs
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metric 'nonsense' is not in the runs' summaries (known: online_reward, auc" in err
     assert main([*args, "--figure", "difference"]) == 0
     log = (out / "grid.log").read_text()
-    assert "reusing 8 of 8 runs" in log and "0 runs made, 8 reused" in log
+    assert "reusing 8 of 8 runs" in log and "0 runs made, 8 reused" in log and "--figure difference" in log
     pd.testing.assert_frame_equal(pd.read_csv(out / "per-seed.csv"), pd.read_csv(paths["per_seed"]))
 
 
@@ -252,19 +255,19 @@ def _forget_parents_workers() -> None:
 
 
 @pytest.mark.slow
-def test_an_interrupted_grid_resumes_to_the_same_table(made, tmp_path):
-    """A child process runs the grid's grpo row at seed 0 (two runs, one per axis value) and is killed
-    (SIGKILL) inside the second run, after its first checkpoints; the grid run again reuses the first
-    run, resumes the second from its checkpoint and ends with the uninterrupted grid's rows."""
+def test_an_interrupted_grid_resumes_to_the_same_table(made, tmp_path, monkeypatch, capsys):
+    """A child process runs a grid of the grpo row at seed 0 (two runs, one per axis value) and is
+    killed (SIGKILL) inside the second run, after its first checkpoints; ``sao-env grid`` run again
+    reuses the first run, resumes the second from its checkpoint, logs it, and ends with the
+    uninterrupted grid's rows."""
     import torch
 
-    from sao_env.experiment import reuse_check
+    from sao_env import provenance
     from sao_env.runtime.checkpoint import CheckpointEvery
 
-    grid, table, *_ = made
-    spec = grid.spec.model_copy(update={"seeds": [0], "rows": grid.spec.rows[:1]})
-    mine = plan_grid(spec, source=grid.source, runs_dir=tmp_path / "runs")
-    every = CheckpointEvery(updates=2)
+    grid, table, report, paths, *_ = made
+    path = write_spec(tmp_path, tiny_spec(seeds=[0], rows=[{"label": "grpo", "agent": "grpo"}]))
+    mine = plan_grid(load_grid(path), source=path, runs_dir=tmp_path / "runs")
 
     def child() -> None:
         _forget_parents_workers()
@@ -280,22 +283,32 @@ def test_an_interrupted_grid_resumes_to_the_same_table(made, tmp_path):
         def arm(run, summary, seconds) -> None:
             torch.optim.Adam.step = killing_step
 
-        run_grid(mine, jobs=1, code=FIXED_CODE, on_done=arm, checkpoint_every=every)
+        run_grid(mine, jobs=1, code=FIXED_CODE, on_done=arm, checkpoint_every=CheckpointEvery(updates=2))
         os._exit(0)
 
     process = multiprocessing.get_context("fork").Process(target=child)
     process.start()
     process.join()
     assert process.exitcode == -signal.SIGKILL
-    states = [reuse_check(run.plan, FIXED_CODE) for run in mine.runs]
-    assert states[0][0] and states[0][1].startswith("finished with the same configuration")
-    assert not states[1][0] and states[1][1].startswith("unfinished; resumes from its checkpoint"), states[1]
-    resumed = run_grid(mine, jobs=1, code=FIXED_CODE, checkpoint_every=every)
-    assert [r.plan.out for r in resumed.reused] == [mine.runs[0].plan.out]
-    assert [r.plan.out for r in resumed.made] == [mine.runs[1].plan.out]
-    after = grid_table(mine).drop(columns=["run_dir"])
-    before = table[(table["seed"] == 0) & (table["row"] == "grpo")].drop(columns=["run_dir"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(after, before)
+    monkeypatch.setattr(provenance, "code_version", lambda: FIXED_CODE)
+    args = ["grid", str(path), "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--jobs", "1",
+            "--checkpoint-every", "2u"]
+    assert main([*args, "--dry-run"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    first, second = (run.plan.out for run in mine.runs)
+    assert listed[1].startswith(f"reuse  style-drift | grpo {AXIS}=0.0 | seed 0  {first}  finished with the same")
+    assert listed[2].startswith(f"run    style-drift | grpo {AXIS}=1.0 | seed 0  {second}  unfinished; resumes from "
+                                "its checkpoint at simulated"), listed
+    assert main(args) == 0
+    log = (tmp_path / "out" / "grid.log").read_text().splitlines()
+    assert log[1] == "reusing 1 of 2 runs (finished with the same configuration and code)"
+    assert log[2].startswith(f"[1/1] style-drift | grpo {AXIS}=1.0 | seed 0: online_reward ") and "elapsed 0:" in log[2]
+    assert log[3].startswith("1 runs made, 1 reused; wrote ")
+    text = {"code_version": str, "config_hash": str, AXIS: str}
+    after = pd.read_csv(tmp_path / "out" / "per-seed.csv", dtype=text).drop(columns=["run_dir"])
+    before = pd.read_csv(paths["per_seed"], dtype=text)
+    before = before[(before["seed"] == 0) & (before["row"] == "grpo")].drop(columns=["run_dir"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(after, before, check_dtype=False)  # a column of whole numbers reads back as int
 
 
 # ----------------------------------------------------------------------------- figure and site

@@ -83,7 +83,7 @@ def grid(
         log.flush()
 
     with log:
-        report(f"# {datetime.now().isoformat(timespec='seconds')} {command}")
+        log.write(f"# {datetime.now().isoformat(timespec='seconds')} {command}\n")
         try:
             done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
                             checkpoint_every=every)

@@ -225,7 +225,7 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
         for ax in list(grid.flat)[len(panels):]:
             ax.axis("off")
         fig.colorbar(image, ax=grid, shrink=0.8, label=title)
-        fig.suptitle(f"{title}: mean over seeds")
+        fig.suptitle(f"{title}: mean over seeds", y=1.02)
     else:
         rest = axes[1:]
         combos = list(dict.fromkeys(p[1:] for p in points)) if axes else [()]
