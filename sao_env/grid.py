@@ -347,6 +347,18 @@ def output_files(grid: Grid, out: Path) -> list[Path]:
     return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG]
 
 
+def check_out(grid: Grid, out: Path) -> None:
+    """Refuse an output folder that holds a scenario board (``<env>-runs.csv`` or ``index.html``):
+    the grid's ``<scenario>.csv`` and ``.md`` would replace the board's. A grid's outputs go to a
+    folder of their own, e.g. a subfolder of the leaderboard folder, where the site finds them."""
+    out = Path(out)
+    clash = [out / "index.html"] + [out / f"{_scenario_name(grid, s)}-runs.csv" for s in grid.spec.scenarios]
+    found = next((p for p in clash if p.exists()), None)
+    if found is not None:
+        raise UserError(f"--out {out} holds a leaderboard ({found.name}); a grid writes into a folder of its own, "
+                        f"e.g. {out / (grid.source.parent.name if grid.source.stem == 'grid' else grid.source.stem)}")
+
+
 def _scenario_name(grid: Grid, scenario: str) -> str:
     """The scenario's name as its runs record it (``envs/x.yaml`` given as a path -> its ``name``)."""
     for run in grid.runs:
@@ -421,7 +433,8 @@ def figure_caption(grid: Grid, figure: str) -> str:
     if len(grid.axes) == 2:
         return f"{what}: mean over seeds per cell, {grid.axes[0]} across, {grid.axes[1]} up; one panel per scenario and row."
     if grid.axes:
-        return f"{what} against {grid.axes[0]}: line, the mean over seeds; band, its 95% t-interval; one panel per scenario."
+        panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 2 else "")
+        return f"{what} against {grid.axes[0]}: line, the mean over seeds; band, its 95% t-interval; one panel per {panels}."
     return f"{what}: mean over seeds with its 95% t-interval, one panel per scenario."
 
 

@@ -82,6 +82,12 @@ def test_bad_options_and_files_are_one_line(capsys, tmp_path):
         assert main(["grid", *args, "--out", str(tmp_path / "out"), "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    (boards / "style-drift-runs.csv").write_text("env,label\n")
+    assert main(["grid", str(path), "--out", str(boards), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {boards} holds a leaderboard (style-drift-runs.csv)" in err, err
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     with pytest.raises(UserError, match="a grid is a mapping"):
         load_grid(tmp_path / "list.yaml")

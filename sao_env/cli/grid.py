@@ -46,7 +46,7 @@ def grid(
     baseline, and its map."""
     from sao_env.cli.training import _checkpoint_every, _cores
     from sao_env.experiment import reuse_check
-    from sao_env.grid import grid_command, grid_table, load_grid, output_files, plan_grid, run_grid, write_grid
+    from sao_env.grid import check_out, grid_command, grid_table, load_grid, output_files, plan_grid, run_grid, write_grid
     from sao_env.provenance import code_version
     from sao_env.sweep import parse_seeds
 
@@ -56,6 +56,7 @@ def grid(
     spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
     planned = plan_grid(spec, source=path, runs_dir=runs_dir)
     out = out if out is not None else default_out(path)
+    check_out(planned, out)
     command = grid_command(planned, out, seeds_given=seeds is not None, metric_given=metric is not None,
                            runs_dir=runs_dir, figure=figure)
     code = code_version()
