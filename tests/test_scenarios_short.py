@@ -7,12 +7,15 @@ warm start: it checks the plumbing and the multi-turn accounting, not learning.
 
 from __future__ import annotations
 
+import bisect
 import json
 
+import numpy as np
 import pytest
 
 from conftest import scenario_config
 from sao_env.experiment import run_experiment
+from test_spine_runtime import check_logs_agree_with_summary
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +48,18 @@ def test_short_run_completes_with_updates_and_evaluations(runs, env, agent):
     assert summary["staleness_p95"] <= 16
     phases = {e["phase"] for e in episodes}
     assert len(phases) >= 2, phases  # the drift happened inside the run
-    assert all(0.0 <= e["reward"] <= 1.0 for e in episodes)
-    assert len(evals) >= 2 and all(any(k.endswith("/accuracy") for k in e) for e in evals)
+    # Counts, means, version tags and evaluations recomputed from the logs (test_spine_runtime).
+    spec = scenario_config(env, agent).env
+    check_logs_agree_with_summary(out, summary, spec)
+    # An abrupt drift: each episode's task is of the phase whose window holds the episode's start.
+    starts = np.cumsum([0.0] + [p.duration_h * 3600 for p in spec.phases])
+    assert all(p.transition_h == 0 for p in spec.phases)
+    for e in episodes:
+        assert e["phase"] == spec.phases[bisect.bisect_right(starts, e["sim_start"]) - 1].name, e
+    # Binary graders: every reward is 0 or 1.
+    assert {e["reward"] for e in episodes} <= {0.0, 1.0}
+    names = [p.name for p in spec.phases]
+    assert len(evals) >= 2 and all(f"eval/{name}/accuracy" in e for e in evals for name in names)
 
 
 @pytest.mark.parametrize("agent", ["sao", "grpo"])
