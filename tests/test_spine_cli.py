@@ -180,6 +180,26 @@ def test_eval_reads_the_checkpoint_a_training_run_wrote(shrunk_run, tmp_path):
                  "--max-new-tokens", "8", "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     summary = json.loads((tmp_path / "beyond_aime" / "summary.json").read_text())
-    assert summary["n"] == 4 and summary["problems"] == 2 and 0.0 <= summary["accuracy"] <= 1.0
-    samples = (tmp_path / "beyond_aime" / "samples.jsonl").read_text().splitlines()
+    assert summary["n"] == 4 and summary["problems"] == 2
+    samples = [json.loads(line) for line in (tmp_path / "beyond_aime" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 4
+    # avg@k by hand from the graded samples: the mean over the 2 problems of each one's mean reward.
+    by_problem: dict[str, list[float]] = {}
+    for sample in samples:
+        by_problem.setdefault(sample["id"], []).append(float(sample["reward"] >= 0.5))
+    assert sorted(len(v) for v in by_problem.values()) == [2, 2]
+    assert summary["accuracy"] == pytest.approx(sum(sum(v) / len(v) for v in by_problem.values()) / 2)
+
+    # The same evaluation, through the harness's own functions on checkpoints/final, samples the
+    # same responses: the command evaluated the run's trained weights.
+    from sao_env.benchmarks.backends import make_backend
+    from sao_env.benchmarks.evaluate import EvalOptions, evaluate_suite, prepare_suite
+    from sao_env.benchmarks.suites import load_suite
+
+    options = EvalOptions(k=2, limit=2, max_new_tokens=8, seed=0, show_progress=False)
+    again = evaluate_suite(prepare_suite(load_suite("beyond_aime"), data, options.limit),
+                           make_backend("transformers", run_dir / "checkpoints" / "final", seed=0),
+                           model_name="again", out_dir=tmp_path / "again", options=options)
+    resampled = [json.loads(line) for line in (tmp_path / "again" / "samples.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["response"]) for r in resampled] == [(r["id"], r["response"]) for r in samples]
+    assert again["accuracy"] == summary["accuracy"] and again["n"] == 4
