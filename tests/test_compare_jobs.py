@@ -21,16 +21,16 @@ LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl", "summary.json")
 
 FORKED_COMPARE = """
 import sys
-from sao_env import experiment
+from sao_env.experiment import drivers
 from sao_env.cli import main
-choose = experiment._worker_context
+choose = drivers._worker_context
 
 def reporting():
     context = choose()
     print(f"workers started by {context.get_start_method()}", file=sys.stderr)
     return context
 
-experiment._worker_context = reporting
+drivers._worker_context = reporting
 sys.exit(main(sys.argv[1:]))
 """
 

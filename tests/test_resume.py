@@ -229,7 +229,6 @@ def test_compare_resumes_an_unfinished_run_past_a_corrupt_checkpoint(reference, 
     from sao_env.cli import main
 
     monkeypatch.setattr(provenance, "code_version", lambda: CODE)
-    monkeypatch.setattr(experiment, "code_version", lambda: CODE)
     overrides = shrink_overrides("grpo")
     plan = experiment.plan_run("style-drift", "grpo", 0, overrides, runs_dir=tmp_path / "runs")
     ref = reference("grpo", plan.config)
@@ -259,7 +258,6 @@ def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(reference, tmp_path,
     from sao_env.cli import main
 
     monkeypatch.setattr(provenance, "code_version", lambda: CODE)
-    monkeypatch.setattr(experiment, "code_version", lambda: CODE)
     ref = reference("grpo", _shrunk_config("grpo"))
     out = tmp_path / "run"
     argv = ["run", "--agent", "grpo", "--out", str(out), "--checkpoint-every", "off", *shrink_overrides("grpo")]

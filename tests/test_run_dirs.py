@@ -157,7 +157,7 @@ def test_write_atomic_keeps_the_old_file_when_the_rename_fails(tmp_path, monkeyp
     def refuse(src, dst):
         raise OSError(28, "No space left on device", str(dst))
 
-    monkeypatch.setattr(experiment.os, "replace", refuse)
+    monkeypatch.setattr(experiment.files.os, "replace", refuse)
     with pytest.raises(UserError, match=r"cannot write .*summary\.json: No space left on device"):
         write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
@@ -174,7 +174,7 @@ def test_an_interrupted_rerun_leaves_no_summary(shrunk_config, tmp_path, monkeyp
         calls.append(1)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(experiment, "evaluate_heldout", crash)
+    monkeypatch.setattr(experiment.run, "evaluate_heldout", crash)
     with pytest.raises(KeyboardInterrupt):
         experiment.run_experiment(shrunk_config("running_mean"), out, show_progress=False)
     assert calls and not (out / "summary.json").exists()
@@ -238,7 +238,7 @@ def test_a_directory_made_read_only_mid_run_is_one_line_and_leaves_no_summary(ca
         out = disk / "run"
         out.mkdir()
         (out / "summary.json").write_text("{}\n")  # an older run's
-        summarise = experiment.adaptation_summary
+        summarise = experiment.run.adaptation_summary
 
         def lock_then_summarise(*args, **kwargs):  # the logs are closed; the checkpoint and summary follow
             if os.geteuid() == 0:
@@ -247,7 +247,7 @@ def test_a_directory_made_read_only_mid_run_is_one_line_and_leaves_no_summary(ca
                 out.chmod(0o555)
             return summarise(*args, **kwargs)
 
-        monkeypatch.setattr(experiment, "adaptation_summary", lock_then_summarise)
+        monkeypatch.setattr(experiment.run, "adaptation_summary", lock_then_summarise)
         try:
             line = _one_error(capsys, ["run", "--agent", "running_mean", "--out", str(out), *SHRINK])
         finally:

@@ -1,0 +1,157 @@
+"""A run directory's files: atomic writes, flushed JSON-lines logs, one-line errors for failed writes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from sao_env.errors import UserError
+
+LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl")
+"""The deterministic logs; a checkpoint records the length of each."""
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn a failed write (full disk, read-only or unwritable folder) into a one-line UserError naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or path}: {err.strerror or err}") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it: readers see all or nothing."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with writing(path):
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class JsonLines:
+    def __init__(self, path: Path, *, resume_at: int | None = None):
+        """A new, empty log; or, with ``resume_at``, the existing one cut to that many bytes."""
+        self.path = path
+        with writing(path):
+            if resume_at is None:
+                self.file = path.open("wb")
+            else:
+                self.file = path.open("r+b")
+                self.file.truncate(resume_at)
+                self.file.seek(resume_at)
+
+    def write(self, record: dict) -> None:
+        """One record per line, flushed at once, so that a running or interrupted run can be read."""
+        with writing(self.path):
+            self.file.write((json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode())
+            self.file.flush()
+
+    @property
+    def offset(self) -> int:
+        """Bytes written so far (every record is flushed)."""
+        return self.file.tell()
+
+    def close(self) -> None:
+        with writing(self.path):
+            self.file.close()
+
+
+STALE_OUTPUTS = ("summary.json", "timings.json", "splits.json", "adaptation.png", "tensorboard", "wandb")
+"""Outputs of an earlier run in the same directory, removed when a run starts (summary.json first)."""
+
+
+@contextlib.contextmanager
+def _releasing_on_error(lock: "RunLock") -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        lock.release()
+        raise
+
+
+class RunBusy(UserError):
+    """Another live process holds the run directory's lock (its owner is named in the message)."""
+
+
+class RunLock:
+    """One writer per run directory: an advisory lock (``fcntl.flock``) on ``<run>/.lock``.
+
+    The file holds the owner's PID, host and start time, so a refusal can name who writes. The
+    kernel drops the lock when its owner dies (even by SIGKILL), so a stale lock of a dead process is
+    taken over at once. The file is never removed: removing it while another process waits on it
+    would let a third lock a new file beside the waiter. Where ``fcntl`` is missing (Windows) runs
+    are not locked.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / self.NAME
+        self.fd: int | None = None
+
+    def owner(self) -> str:
+        """``pid P on host H since T`` as the holder wrote it ("another process" if unreadable)."""
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            text = ""
+        return text or "another process"
+
+    def acquire(self, *, wait: bool = False) -> None:
+        """Take the lock; when another process holds it, ``RunBusy`` (``wait=False``) or block until it is free."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover  (not POSIX)
+            return
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: a held lock never keeps a disk busy
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                os.close(fd)
+                raise RunBusy(f"run directory {self.path.parent} is being written by {self.owner()}; "
+                              f"wait for it to finish or use another --out") from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        import socket
+        import time
+
+        self.fd = fd
+        with writing(self.path), _releasing_on_error(self):
+            self.path.write_text(f"pid {os.getpid()} on host {socket.gethostname()} since "
+                                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+
+    def held_by_another(self) -> bool:
+        """True when a live process other than this one holds the lock now (a probe; takes nothing)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover
+            return False
+        if self.fd is not None or not self.path.is_file():
+            return False
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
