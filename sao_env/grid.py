@@ -265,8 +265,9 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
              on_done: Callable[[GridRun, dict, float], None] | None = None,
              checkpoint_every: Any = None) -> GridReport:
     """Reuse every finished run of the same configuration and code, make (or resume) the others in
-    ``jobs`` worker processes, and say so: one ``report`` line per reused run, then one per finished
-    run (``[i/N]``, the metric and the elapsed time); ``on_done(run, summary, seconds)`` after each."""
+    ``jobs`` worker processes, and say so: one ``report`` line for the reused runs, then one per
+    finished run (``[i/N]``, the metric and the elapsed time); ``on_done(run, summary, seconds)``
+    after each. A summary without the grid's metric stops the grid (a UserError) at once."""
     code = code or code_version()
     metric = grid.spec.metric
     todo, reused = [], []
@@ -300,7 +301,9 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
 def _check_metric(metric: str, summary: dict) -> None:
     """Stop a grid at its first finished run when the metric it ranks is not in a run's summary."""
     if metric not in summary:
-        known = ", ".join(metric_columns([summary]))
+        numbers = [k for k, v in summary.items() if _is_number(v) and k != "seed"]
+        ordered = metric_columns([summary])
+        known = ", ".join(ordered + sorted(set(numbers) - set(ordered)))
         raise UserError(f"metric {metric!r} is not in the runs' summaries (known: {known})")
 
 
