@@ -16,6 +16,9 @@ the normalised histograms: 0 = same, 1 = disjoint), and last the line
 
     python bench/bench_async.py                 # about 5 minutes on 2 cores
     python bench/bench_async.py --no-ray --duration-h 0.05
+
+With stderr not a terminal (a log file, nohup, CI) it says which run starts, and each run prints a
+progress line every 30 s of wall clock.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from sao_env.experiment import resolve_config, run_experiment
+from sao_env.policy.warmstart import Heartbeat
 
 
 def overrides(args, backend: str, max_staleness: int | None) -> list[str]:
@@ -47,11 +51,15 @@ def overrides(args, backend: str, max_staleness: int | None) -> list[str]:
     return out
 
 
-def one_run(args, backend: str, max_staleness: int | None, root: Path) -> dict:
+def one_run(args, backend: str, max_staleness: int | None, root: Path, beat: Heartbeat) -> dict:
+    """One run; with stderr not a terminal, a line as it starts and the run's own progress lines every 30 s."""
     name = f"{backend}-{'sync' if max_staleness == 0 else 'async'}"
     config = resolve_config("style-drift", args.agent, args.seed, overrides(args, backend, max_staleness))
+    wall = "" if backend == "sim" else f", about {args.duration_h * 3600 * args.time_scale:.0f} s of wall clock"
+    beat.line(f"run {len(beat.names) + 1}/{beat.total}: {name}{wall}")
+    beat.names.append(name)
     start = time.perf_counter()
-    summary = run_experiment(config, root / name, show_progress=False, save_checkpoint=False)
+    summary = run_experiment(config, root / name, show_progress=beat.enabled, save_checkpoint=False)
     timings = json.loads((root / name / "timings.json").read_text())
     return {"name": name, "sync": max_staleness == 0, "summary": summary, "timings": timings, "total_s": time.perf_counter() - start}
 
@@ -80,12 +88,14 @@ def main() -> None:
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
 
+    beat = Heartbeat("bench_async", 4 if args.no_ray else 5, unit="runs")
+    beat.names = []
     with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
         root = Path(tmp)
-        runs = [one_run(args, "threads", 0, root), one_run(args, "threads", None, root)]
+        runs = [one_run(args, "threads", 0, root, beat), one_run(args, "threads", None, root, beat)]
         if not args.no_ray:
-            runs.append(one_run(args, "ray", None, root))
-        sims = {0: one_run(args, "sim", 0, root), None: one_run(args, "sim", None, root)}
+            runs.append(one_run(args, "ray", None, root, beat))
+        sims = {0: one_run(args, "sim", 0, root, beat), None: one_run(args, "sim", None, root, beat)}
 
     print(f"{args.agent} on style-drift (one phase of {args.duration_h} h), env latency log-normal median "
           f"{args.median} s sigma {args.sigma}, time_scale {args.time_scale}, {args.workers} rollout workers")
@@ -105,7 +115,9 @@ def main() -> None:
         print(f"{run['name']} staleness histogram: {run['summary']['staleness_hist']}")
     best = max((run["name"] for run in runs if not run["sync"]), key=rate.get)
     print(f"best async backend: {best}")
-    print(f"async/sync wall-clock speedup: {rate[best] / rate['threads-sync']:.2f}x")
+    sync = rate["threads-sync"]
+    print(f"async/sync wall-clock speedup: {rate[best] / sync:.2f}x" if sync > 0 else
+          "async/sync wall-clock speedup: n/a (the sync run trained on no episode; lengthen --duration-h)")
 
 
 if __name__ == "__main__":

@@ -252,3 +252,48 @@ def test_run_prints_strict_json_and_its_plot_names_the_overrides(capsys, tmp_pat
         else:
             assert value == summary[key], key
     assert drawn == [[f"running_mean ({'; '.join(overrides)})"]]
+
+
+# -- 7. long work reports to a log file; names are checked before torch loads ----------------------------
+
+def test_warm_start_prints_plain_lines_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    import re
+
+    from sao_env.policy import warmstart
+    from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
+    from sao_env.scenario import Scenario, WarmStartSpec
+    from tests.conftest import _shrunk_config
+
+    monkeypatch.setattr(warmstart, "HEARTBEAT_S", 0.0)  # every step, instead of every 30 s
+    config = _shrunk_config("running_mean")
+    spec = WarmStartSpec(steps=3, batch_size=2)
+    tok = build_tokenizer(ModelSpec(name="tiny-qwen2"))
+    model = build_policy(ModelSpec(name="tiny-qwen2"), tok, seed=0)
+    losses = warmstart.supervised_warm_start(model, tok, Scenario(config.env), spec, show_progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    prefix = "sao-env: warm start of style-drift (supervised): "
+    assert lines[0] == prefix + "training 3 steps of 2 demonstrations; a line every 0 s"
+    assert len(lines) == 4
+    for step, (line, loss) in enumerate(zip(lines[1:], losses), start=1):
+        assert re.fullmatch(re.escape(f"{prefix}{step}/3 steps ({100 * step / 3:.0f}%), loss {loss:.3f}, ") + r"\d+ s elapsed",
+                            line), line
+
+
+def test_heartbeat_is_quiet_on_a_terminal_and_steady_otherwise():
+    import io
+
+    from sao_env.policy.warmstart import Heartbeat
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal, log = Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        beat = Heartbeat("bench", 4, unit="runs", every_s=3600.0, stream=stream)
+        beat.tick(1)  # within the interval: nothing
+        beat.every_s = 0.0
+        beat.tick(2, "threads-async")
+    assert terminal.getvalue() == ""
+    assert log.getvalue().startswith("sao-env: bench: 2/4 runs (50%), threads-async, ")
+    assert log.getvalue().count("\n") == 1

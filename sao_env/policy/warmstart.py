@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,38 @@ from sao_env.forking import fork_is_safe
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.scenario import Scenario, WarmStartSpec
 from sao_env.types import Turn
+
+
+HEARTBEAT_S = 30.0
+"""Wall-clock seconds between two plain progress lines of long work when stderr is not a terminal."""
+
+
+class Heartbeat:
+    """Long work that reports itself when nobody watches a terminal: with ``stream`` (default stderr) not a
+    terminal, ``tick(done)`` prints ``sao-env: WHAT: DONE/TOTAL UNIT (P%), DETAIL, S s elapsed`` at most every
+    ``every_s`` seconds of wall clock (a log file, nohup, CI); on a terminal it prints nothing (a live bar shows)."""
+
+    def __init__(self, what: str, total: int, *, unit: str = "steps", every_s: float | None = None, stream=None):
+        self.what, self.total, self.unit = what, total, unit
+        self.every_s = HEARTBEAT_S if every_s is None else every_s
+        self.stream = stream or sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = not (isatty is not None and isatty())
+        self.start = self.last = time.monotonic()
+
+    def line(self, text: str) -> None:
+        """Print ``sao-env: WHAT: TEXT`` now (when enabled)."""
+        if self.enabled:
+            print(f"sao-env: {self.what}: {text}", file=self.stream, flush=True)
+
+    def tick(self, done: int, detail: str = "") -> None:
+        """``done`` of ``total`` finished; a line if ``every_s`` passed since the last one."""
+        now = time.monotonic()
+        if self.enabled and now - self.last >= self.every_s:
+            self.last = now
+            share = f" ({100 * done / self.total:.0f}%)" if self.total else ""
+            self.line(f"{done}/{self.total} {self.unit}{share}{', ' + detail if detail else ''}, "
+                      f"{now - self.start:.0f} s elapsed")
 
 
 DEMONSTRATION_FORMAT = 2
@@ -142,6 +176,9 @@ def supervised_warm_start(
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
     losses = []
     model.train()
+    heartbeat = Heartbeat(f"warm start of {scenario.spec.name} (supervised)", spec.steps)
+    heartbeat.line(f"training {spec.steps} steps of {spec.batch_size} demonstrations; a line every "
+                   f"{heartbeat.every_s:.0f} s")
     with Progress(disable=not show_progress, transient=True) as progress:
         bar = progress.add_task("warm start (supervised)", total=spec.steps)
         forward = forward_threads or threads
@@ -160,6 +197,7 @@ def supervised_warm_start(
             schedule.step()
             losses.append(loss.item())
             progress.update(bar, advance=1, description=f"warm start (supervised) loss {loss.item():.3f}")
+            heartbeat.tick(len(losses), f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
 
