@@ -297,3 +297,17 @@ def test_heartbeat_is_quiet_on_a_terminal_and_steady_otherwise():
     assert terminal.getvalue() == ""
     assert log.getvalue().startswith("sao-env: bench: 2/4 runs (50%), threads-async, ")
     assert log.getvalue().count("\n") == 1
+
+
+# -- 11. the default install runs every CPU scenario ------------------------------------------------------
+
+def test_swebench_is_a_core_dependency():
+    """codebase-drift (CPU, tiny model) grades with swebench's rule; ``make install`` (``pip install -e .``)
+    must bring it, not only the ``swe`` extra that ``make test`` adds."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[<>=!~ \[;]", req, maxsplit=1)[0].lower() for req in project["dependencies"]}
+    assert "swebench" in core
+    assert "swebench.harness.grading" in (REPO / "sao_env" / "tasks" / "forge" / "grading.py").read_text()
