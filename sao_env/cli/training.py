@@ -144,6 +144,7 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the expanded configuration (every default filled in) and exit."),
     logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's last good checkpoint (same configuration and code), truncating its logs to it."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run of another configuration that --out holds (refused otherwise)."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help=CHECKPOINT_HELP),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
@@ -167,7 +168,7 @@ def run(
         return
     try:
         summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers,
-                                 resume=resume, checkpoint_every=every)
+                                 resume=resume, checkpoint_every=every, overwrite=overwrite)
     except RunInterrupted as err:  # a sim run: it wrote a checkpoint
         _interrupted(err, ["sao-env", "run", "--env", env, "--agent", agent, "--seed", str(seed),
                            *(["--out", str(out)] if out is not None else []), *[f"--logger={x}" for x in loggers],
