@@ -2,15 +2,17 @@
 
 ``config_hash`` is the sha256 of the canonical JSON (sorted keys, no spaces) of the configuration
 with every default expanded (``sao_env.experiment.expand_config``); ``short`` is its first 12 hex
-digits. ``code_version`` identifies the code: the git commit of the checkout the package runs
-from and whether its tracked files differ from that commit (``dirty``; then ``diff_sha256``
-hashes ``git diff HEAD``; untracked files are not part of it), or only the package version
-where the package does not run from a git checkout. ``code_key`` turns it into one string:
-two runs have the same code exactly when their keys are equal.
-
-The harness's own outputs are not code: the diff leaves out ``OUTPUT_PATHS`` (the boards, the run
-directories, the benchmark results), so writing a leaderboard, a plot or a run never changes the
-code version that decides whether a finished run is reused.
+digits. ``code_version`` identifies the code. What decides reuse is ``source_sha256``: the sha256
+of what a run executes and reads, by content: every file of the ``sao_env`` package, the spec
+folders (``envs/``, ``agents/``, ``evals/``) beside it, and the versions of Python, torch,
+transformers and numpy (``SOURCE_PARTS``, ``source_digest``). A commit that touches only tests,
+docs, benchmarks or boards leaves it as it was, so finished runs stay reusable across such commits
+(a grid can span sessions); any edit of the package or a spec changes it. For people, the record
+also names the git commit of the checkout and whether its tracked files differ from that commit
+(``dirty``, with ``diff_sha256`` of ``git diff HEAD``; the harness's own outputs, ``OUTPUT_PATHS``,
+are left out of that diff). ``code_key`` turns a record into one string: two runs have the same code
+exactly when their keys are equal (``src.<12 hex>``; records older than the source hash fall back
+to the commit and its diff).
 """
 
 from __future__ import annotations
@@ -60,16 +62,47 @@ def _git(*args: str) -> str | None:
     return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
 
 
+SOURCE_PARTS = ("sao_env", "envs", "agents", "evals")
+"""Folders of ``SOURCE_ROOT`` whose files a run executes or reads (the package and the spec folders)."""
+RUNTIME_PACKAGES = ("torch", "transformers", "numpy")
+"""Libraries whose versions are part of the source hash (with Python's): they compute every number of a run."""
+
+
+def source_digest(root: Path | None = None) -> str:
+    """sha256 of the files under ``SOURCE_PARTS`` of ``root`` (default ``SOURCE_ROOT``), each as its
+    relative path and bytes in path order (byte-compiled caches aside), and of the runtime's versions."""
+    root = Path(root) if root is not None else SOURCE_ROOT
+    digest = hashlib.sha256()
+    for part in SOURCE_PARTS:
+        folder = root / part
+        if not folder.is_dir():
+            continue
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                           and p.suffix not in (".pyc", ".pyo")):
+            data = path.read_bytes()
+            digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+            digest.update(data)
+    versions = {"python": platform.python_version()}
+    for name in RUNTIME_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    digest.update(canonical_json(versions).encode())
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def code_version() -> dict[str, Any]:
-    """``{"git_commit", "dirty", "diff_sha256", "sao_env"}`` of the running code, read once per process;
-    changes under ``OUTPUT_PATHS`` are not part of ``dirty`` and ``diff_sha256``.
+    """``{"git_commit", "dirty", "diff_sha256", "sao_env", "source_sha256"}`` of the running code, read
+    once per process; changes under ``OUTPUT_PATHS`` are not part of ``dirty`` and ``diff_sha256``.
 
-    Git fields are None where the package is not in a git checkout (an installed wheel): then the
-    package version alone names the code.
+    Git fields are None where the package is not in a git checkout (an installed wheel); the source
+    hash is there in every case.
     """
     commit = _git("rev-parse", "HEAD") if (SOURCE_ROOT / ".git").exists() else None
-    out: dict[str, Any] = {"git_commit": None, "dirty": None, "diff_sha256": None, "sao_env": sao_env.__version__}
+    out: dict[str, Any] = {"git_commit": None, "dirty": None, "diff_sha256": None, "sao_env": sao_env.__version__,
+                           "source_sha256": source_digest()}
     if commit is None:
         return out
     diff = _git("diff", "HEAD", "--binary", "--", ".", *(f":(exclude){p}" for p in OUTPUT_PATHS)) or ""
@@ -79,9 +112,12 @@ def code_version() -> dict[str, Any]:
 
 
 def code_key(code: dict[str, Any] | None) -> str:
-    """``<commit12>``, ``<commit12>+dirty.<diff8>`` or ``sao-env==<version>``; "unknown" when unrecorded."""
+    """``src.<source12>``; for records made before the source hash, ``<commit12>``, ``<commit12>+dirty.<diff8>``
+    or ``sao-env==<version>``; "unknown" when unrecorded."""
     if not code:
         return "unknown"
+    if code.get("source_sha256"):
+        return f"src.{code['source_sha256'][:12]}"
     if not code.get("git_commit"):
         return f"sao-env=={code.get('sao_env')}"
     key = code["git_commit"][:12]

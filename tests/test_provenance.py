@@ -47,6 +47,33 @@ def test_code_key_names_commit_dirty_diff_or_package_version():
     assert code_key({**dirty, "diff_sha256": "deadbeef" + "0" * 56}) != code_key(dirty)  # another edit, another key
     assert code_key({"git_commit": None, "dirty": None, "diff_sha256": None, "sao_env": "0.1.0"}) == "sao-env==0.1.0"
     assert code_key(None) == "unknown"
+    # The source hash, where recorded, is the key: the commit and its diff are then for people only.
+    sourced = {**dirty, "source_sha256": "c0ffee00" * 8}
+    assert code_key(sourced) == "src.c0ffee00c0ff"
+    assert code_key({**sourced, "git_commit": "f" * 40, "dirty": False}) == "src.c0ffee00c0ff"
+
+
+def test_source_digest_is_the_hash_of_paths_bytes_and_runtime_versions(tmp_path):
+    """The digest by hand: each file as ``path NUL length NUL bytes`` in path order, then the versions."""
+    import platform
+    from importlib import metadata
+
+    (tmp_path / "sao_env" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "sao_env" / "a.py").write_bytes(b"x = 1\n")
+    (tmp_path / "sao_env" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"compiled")
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "s.yaml").write_bytes(b"name: s\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_bytes(b"not code of a run")
+    versions = {"python": platform.python_version(), **{n: metadata.version(n) for n in ("torch", "transformers", "numpy")}}
+    expected = hashlib.sha256(b"sao_env/a.py\x006\x00x = 1\n" + b"envs/s.yaml\x008\x00name: s\n"
+                              + provenance.canonical_json(versions).encode()).hexdigest()
+    assert provenance.source_digest(tmp_path) == expected
+    (tmp_path / "tests" / "t.py").write_bytes(b"edited")  # tests, docs and caches are not part of it
+    (tmp_path / "sao_env" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"recompiled")
+    assert provenance.source_digest(tmp_path) == expected
+    (tmp_path / "envs" / "s.yaml").write_bytes(b"name: t\n")  # a spec is
+    assert provenance.source_digest(tmp_path) != expected
 
 
 def test_package_versions(monkeypatch):

@@ -126,7 +126,7 @@ def test_compare_reuses_only_finished_runs_of_the_same_configuration_and_code(ca
     path = first.out / "summary.json"
     original = path.read_text()
     for edit, reason in ((lambda p: p.update(config_hash="0" * 64), "configuration changed"),
-                         (lambda p: p["code"].update(git_commit="f" * 40, sao_env="0.0.1"), "code changed"),
+                         (lambda p: p["code"].update(source_sha256="f" * 64), "code changed"),
                          (lambda p: p.pop("config_hash"), "no configuration hash")):
         data = json.loads(original)
         edit(data["provenance"])
@@ -135,8 +135,10 @@ def test_compare_reuses_only_finished_runs_of_the_same_configuration_and_code(ca
         assert not reuse and why.startswith(reason), why
     path.write_text(original)
     assert reuse_check(first, code)[0]
-    dirty = {**code, "git_commit": code["git_commit"] or "a" * 40, "dirty": True, "diff_sha256": "d" * 64}
-    assert not reuse_check(first, dirty)[0]
+    edited = {**code, "source_sha256": "d" * 64}  # an edit of the package or a spec
+    assert not reuse_check(first, edited)[0]
+    recommitted = {**code, "git_commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64}  # the same sources
+    assert reuse_check(first, recommitted)[0]
     path.unlink()
     assert _dry(capsys, [*common, *shrink])[str(first.out)] == ("run", "unfinished (no summary.json)")
     assert _dry(capsys, [*common, "--no-skip-existing", *shrink, "agent.hparams.lr=3e-5"])[str(changed.out)][0] == "run"

@@ -1,9 +1,8 @@
-"""The code version ignores the harness's own outputs: writing a board, a plot or a run directory
-into a checkout leaves ``code_key`` as it was, while an edit of the code changes it."""
+"""The code key is the content of what a run executes: writing a board, a plot or a run directory
+into a checkout, or editing its tests and docs, leaves ``code_key`` as it was; an edit of the package or a spec changes it."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 
@@ -38,7 +37,8 @@ def _key(root) -> str:
 
 def test_writing_boards_plots_and_runs_leaves_the_code_key(clone):
     head = _git(clone, "rev-parse", "HEAD").strip()
-    assert _key(clone) == head[:12]
+    key = _key(clone)
+    assert key == f"src.{provenance.source_digest(clone)[:12]}"
     board = clone / "leaderboards" / "style-drift.md"
     assert _git(clone, "ls-files", "leaderboards/style-drift.md").strip()  # a committed board
     board.write_text("| agent | auc |\n| sao | 0.5 |\n")  # a cut run's board replaces it
@@ -50,16 +50,21 @@ def test_writing_boards_plots_and_runs_leaves_the_code_key(clone):
     (clone / "results" / "benchmarks" / "summary.json").write_text("{}\n")
     assert "leaderboards/style-drift.md" in _git(clone, "status", "--porcelain")  # the tree is dirty ...
     code = provenance.code_version()
-    assert code == {"git_commit": head, "dirty": False, "diff_sha256": None, "sao_env": code["sao_env"]}
-    assert _key(clone) == head[:12]  # ... but not its code
+    assert {k: code[k] for k in ("git_commit", "dirty", "diff_sha256")} == \
+        {"git_commit": head, "dirty": False, "diff_sha256": None}
+    assert _key(clone) == key  # ... but not its code
 
 
-def test_an_edit_of_the_code_beside_a_board_changes_the_key_by_the_code_diff_alone(clone):
-    head = _git(clone, "rev-parse", "HEAD").strip()
+def test_tests_docs_and_benches_leave_the_key_and_an_edit_of_the_package_changes_it(clone):
+    key = _key(clone)
+    for other in ("tests/conftest.py", "README.md", "docs/metrics.md", "bench/bench_runtime.py"):
+        (clone / other).write_text((clone / other).read_text() + "# an edit\n")
+    assert _git(clone, "status", "--porcelain")  # a dirty checkout, and a commit of it would be another commit ...
+    assert _key(clone) == key  # ... that runs the same code: finished runs stay reusable
     source = clone / "sao_env" / "errors.py"
     source.write_text(source.read_text() + "# an edit\n")
-    code_only = _git(clone, "diff", "HEAD", "--binary", "--", "sao_env")
-    key = _key(clone)
-    assert key == f"{head[:12]}+dirty.{hashlib.sha256(code_only.encode()).hexdigest()[:8]}"
-    (clone / "leaderboards" / "style-drift.md").write_text("rewritten\n")
-    assert _key(clone) == key  # the board adds nothing to the diff that names the code
+    edited = _key(clone)
+    assert edited != key and edited == f"src.{provenance.source_digest(clone)[:12]}"
+    spec = clone / "agents" / "sao.yaml"
+    spec.write_text(spec.read_text() + "# an edit\n")
+    assert _key(clone) not in (key, edited)
