@@ -28,6 +28,17 @@ CUT = [*SHRINK_TASKS, "env.phases.0.duration_h=0.008", "env.phases.1.duration_h=
        "env.rollout_slots=8", "agent.hparams.critic_warmup_updates=1"]
 
 
+GOLDEN = {
+    "metrics.jsonl": "4a508ee2eb516421b380c26aec1510cc6d9a3caaec98f6611b351104a08e6338",
+    "evals.jsonl": "5080dbbd3c594b803bd6b787dae7327b86b00ba099642cdd4add5b902933223c",
+    "episodes.jsonl": "83373cac9d77f3cac2d9e6edcff70f186953b1c1a0bea30c30c921bacff695fb",
+}
+"""sha256 of the pinned run's logs, recorded on a 2-core AMD EPYC (family 25, AVX2 without AVX-512),
+torch 2.13.0+cpu. Every machine that runs this suite checks them: the same bytes on another x86-64
+machine with AVX2 is the claim of the pin. A change that means to change runs' numbers (an algorithm,
+a sampler, a scenario) records them anew, and its commit says on which machine."""
+
+
 def _run(tmp_path: Path, name: str, env: dict[str, str]) -> dict[str, str]:
     out = tmp_path / name
     full = {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k != "SAO_ENV_NUMERICS"}
@@ -47,6 +58,7 @@ def test_a_pinned_run_has_the_same_bytes_whatever_the_levels_asked_or_offered(tm
     avx2_machine = _run(tmp_path, "avx2", {"SAO_ENV_NUMERICS": "native", **PINNED_ENV})
     assert asked_otherwise == pinned
     assert avx2_machine == pinned
+    assert pinned == GOLDEN, "the pinned run's bytes differ from those recorded on another machine (GOLDEN)"
     if "avx512f" in cpu_flags():  # the control: without the pin this machine's own kernels change the bits
         assert _run(tmp_path, "native", {"SAO_ENV_NUMERICS": "native"})["metrics.jsonl"] != pinned["metrics.jsonl"]
 
