@@ -79,6 +79,9 @@ def _cli(args: list[str], cwd: Path) -> tuple[int, str, bool]:
     ("env.eval.prompts_per_phase=-3", "invalid configuration at env.eval.prompts_per_phase: Input should be greater than 0"),
     ("env.eval.seed=-1", "invalid configuration at env.eval.seed: Input should be greater than or equal to 0"),
     ("agent.runtime.time_scale=.inf", "invalid configuration at agent.runtime.time_scale: Input should be a finite number"),
+    ("agent.hparams.lr=.inf", "invalid configuration at agent.hparams.lr: Input should be a finite number"),
+    ("agent.hparams.critic_lr=nan", "invalid configuration at agent.hparams.critic_lr: Input should be a finite number"),
+    ("agent.hparams.adam_betas=[0.9,.nan]", "invalid configuration at agent.hparams.adam_betas: Input should be a finite number"),
 ])
 def test_hostile_scenario_and_runtime_values_fail_before_torch_loads(tmp_path, override, line):
     code, err, torch_loaded = _cli(["run", "--out", str(tmp_path / "run"), override], tmp_path)

@@ -42,8 +42,9 @@ def _checkpoint_every(text: str):
 def precheck(env: str, agent: str, overrides: list[str]) -> None:
     """The scenario and recipe names, the overrides' form and the values of the scenario and the runtime
     (with the overrides applied), checked before torch is imported: a typo or a value that cannot run is
-    one line in a second. What this cannot see (unknown keys, the algorithm's hyper-parameters) is
-    checked when the configuration is resolved."""
+    one line in a second; of the algorithm's hyper-parameters (whose models load torch), an infinite or NaN
+    number. What this cannot see (unknown keys, the hyper-parameters' other bounds) is checked when the
+    configuration is resolved."""
     from pydantic import ValidationError
 
     from sao_env.runtime.spec import RuntimeSpec
@@ -56,6 +57,10 @@ def precheck(env: str, agent: str, overrides: list[str]) -> None:
             raise UserError(f"override {item!r} is not of the form key.sub=value")
         key, value = item.split("=", 1)
         _set_known(raw, key.split("."), value)
+    hparams = raw["agent"].get("hparams") or {}
+    for key, value in hparams.items() if isinstance(hparams, dict) else ():
+        if any(_non_finite(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise UserError(f"invalid configuration at agent.hparams.{key}: Input should be a finite number")
     runtime = raw["agent"].get("runtime") or {}
     for prefix, model, data in (("env", ScenarioSpec, raw["env"]), ("agent.runtime", RuntimeSpec, runtime)):
         if not isinstance(data, dict):
@@ -66,6 +71,18 @@ def precheck(env: str, agent: str, overrides: list[str]) -> None:
             first = err.errors()[0]
             where = ".".join([prefix, *(str(p) for p in first["loc"])])
             raise UserError(f"invalid configuration at {where}: {first['msg']}") from None
+
+
+def _non_finite(value) -> bool:
+    """An infinite or NaN number, or text that a float field would read as one (``inf``, ``nan``)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, str):
+        try:
+            return not math.isfinite(float(value))
+        except ValueError:
+            return False
+    return False
 
 
 def _set_known(raw: dict, parts: list[str], value: str) -> None:
@@ -87,7 +104,7 @@ def _set_known(raw: dict, parts: list[str], value: str) -> None:
             return
         elif part not in node:
             model = models.get(shape)
-            if model is None or part not in model.model_fields:
+            if shape != ("agent", "hparams") and (model is None or part not in model.model_fields):
                 return
             if i < len(parts) - 1:
                 node[part] = {}
