@@ -33,9 +33,12 @@ What each side does per step:
   simulated time in the first phase (sized by a short probe run); the two later phases are cut to
   0.36 simulated seconds (they are part of the scenario; only their held-out sets matter here).
 - TRL (``GRPOTrainer.train``): each step generates the 8 completions with transformers'
-  ``generate``, decodes them, scores them with the reward function, computes group advantages,
-  then one forward (log-probabilities and entropies) and backward pass and an AdamW step; logs
-  stay in memory (``report_to="none"``), nothing is saved.
+  ``generate`` (KV-cached), decodes them, scores them with the reward function, computes group
+  advantages, then one forward (log-probabilities and entropies) and backward pass and an AdamW
+  step; logs stay in memory (``report_to="none"``), nothing is saved. Gradient checkpointing,
+  on by default in TRL's ``GRPOConfig``, is turned off: it recomputes each layer's forward in the
+  backward pass to save memory, which a 0.3M-parameter model does not need and sao-env does not
+  do, so leaving it on would charge TRL for work the comparison is not about.
 
 What differs, and cannot be made the same: sao-env is asynchronous (its learner trains on
 episodes sampled by earlier weights, clipped against the recorded log-probabilities), TRL is
@@ -49,7 +52,13 @@ advantage's std guard is 1e-6 in sao-env and 1e-4 in TRL; sao-env pays for writi
 What is timed: for TRL, ``trainer.train()``; for sao-env, ``run_experiment`` less its warm-start
 load (``timings.json``'s ``warm_start_s``: reading the weights and building the agent), with and
 without its evaluation (less ``eval_s``: the simulation never lets evaluation change the training
-run, ``sao_env/runtime/sim.py``, so that is the same run without it). Each side runs in a fresh
+run, ``sao_env/runtime/sim.py``, so that is the same run without it). Each is timed twice: wall
+clock, and the process's CPU time (``time.process_time``, all its threads), which other processes
+on shared cores move much less than the wall clock (not at all: shared caches and cores still slow
+the same work). sao-env's CPU figures leave out the CPU time spent inside ``build_agent`` (the
+warm-start load) and, without evaluation, inside ``evaluate_heldout`` (the bench wraps both for the
+timed run); the few setup steps around ``build_agent`` that ``warm_start_s`` also covers (under
+0.1 s: the scenario, the provenance, config.yaml) stay in its CPU figure. Each side runs in a fresh
 process after an untimed warm-up run of its own (imports and lazy initialisation), and the rounds
 alternate which side goes first. Episodes per second counts the episodes trained on (sao-env:
 ``episodes_consumed``; TRL: 8 per step). The figures are medians over the rounds.
@@ -57,14 +66,18 @@ alternate which side goes first. Episodes per second counts the episodes trained
 Run: ``python bench/bench_vs_trl.py [--rounds 3] [--steps 100] [--quick] [--profile sao|trl]``;
 needs trl (``pip install -e '.[bench]'``). ``--profile SIDE`` runs one timed run of that side in
 this process under cProfile and prints where its time goes. The last line is
-``sao-env/TRL episodes per second: X.XXx`` (sao-env with its evaluation included).
+``sao-env/TRL episodes per second: X.XXx`` (sao-env with its evaluation included, wall clock);
+the line before it gives the same ratio in CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import cProfile
+import functools
+import importlib
 import importlib.util
 import json
 import os
@@ -157,7 +170,7 @@ def trl_settings(config: RunConfig, steps: int, out: str) -> dict:
         "max_grad_norm": hp.grad_clip,
         "beta": 0.0, "epsilon": hp.eps_low, "epsilon_high": hp.eps_high, "loss_type": "dapo",
         "scale_rewards": "group", "mask_truncated_completions": False,
-        "shuffle_dataset": False, "bf16": False, "fp16": False, "use_cpu": True,
+        "shuffle_dataset": False, "bf16": False, "fp16": False, "use_cpu": True, "gradient_checkpointing": False,
         "report_to": "none", "save_strategy": "no", "logging_steps": 10, "disable_tqdm": True,
         "dataloader_num_workers": 0, "dataloader_pin_memory": False,
     }
@@ -194,17 +207,44 @@ def run_trl(steps: int, profile: cProfile.Profile | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer(copy.deepcopy(model), WARMUP_STEPS, f"{tmp}/warm").train()
         timed = trainer(model, steps, f"{tmp}/run")
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if profile:
             profile.enable()
         timed.train()
         if profile:
             profile.disable()
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     rewards = [entry["reward"] for entry in timed.state.log_history if "reward" in entry]
     done = timed.state.global_step
     return {"side": "trl", "steps": done, "episodes": done * timed.args.per_device_train_batch_size, "wall_s": wall,
-            "reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
+            "cpu_s": cpu, "reward_mean": float(np.mean(rewards)) if rewards else float("nan")}
+
+
+@contextlib.contextmanager
+def cpu_inside(module_name: str, *names: str):
+    """Yields a dict of the process CPU seconds spent inside each function ``names`` of the module
+    (wrapped for the ``with`` block, then restored); the calls go through the module's own globals."""
+    module = importlib.import_module(module_name)
+    spent = dict.fromkeys(names, 0.0)
+    originals = {name: getattr(module, name) for name in names}
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - start
+        return wrapper
+
+    for name, fn in originals.items():
+        setattr(module, name, timed(name, fn))
+    try:
+        yield spent
+    finally:
+        for name, fn in originals.items():
+            setattr(module, name, fn)
 
 
 def run_sao(steps: int, profile: cProfile.Profile | None = None) -> dict:
@@ -212,18 +252,20 @@ def run_sao(steps: int, profile: cProfile.Profile | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         probe = run_experiment(sao_config(PROBE_H), Path(tmp) / "probe", show_progress=False, save_checkpoint=False)
         config = sao_config(steps / probe["updates_per_hour"])
-        start = time.perf_counter()
-        if profile:
-            profile.enable()
-        summary = run_experiment(config, Path(tmp) / "run", show_progress=False, save_checkpoint=False)
-        if profile:
-            profile.disable()
-        wall = time.perf_counter() - start
+        with cpu_inside("sao_env.experiment.run", "build_agent", "evaluate_heldout") as inside:
+            start, cpu_start = time.perf_counter(), time.process_time()
+            if profile:
+                profile.enable()
+            summary = run_experiment(config, Path(tmp) / "run", show_progress=False, save_checkpoint=False)
+            if profile:
+                profile.disable()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         timings = json.loads((Path(tmp) / "run" / "timings.json").read_text())
         evals = sum(1 for _ in (Path(tmp) / "run" / "evals.jsonl").open())
     return {"side": "sao", "steps": summary["final_version"], "episodes": summary["episodes_consumed"],
             "generated": timings["generate_rows"], "wall_s": wall - timings["warm_start_s"],
-            "eval_s": timings["eval_s"], "generate_s": timings["generate_s"], "update_s": timings["update_s"],
+            "eval_s": timings["eval_s"], "cpu_s": cpu - inside["build_agent"], "eval_cpu_s": inside["evaluate_heldout"],
+            "generate_s": timings["generate_s"], "update_s": timings["update_s"],
             "generate_batches": timings["generate_batches"], "evals": evals, "reward_mean": summary["online_reward"]}
 
 
@@ -247,20 +289,26 @@ def measure(side: str, steps: int) -> dict:
 
 
 def rates(result: dict) -> dict:
-    """Episodes per second of one run (sao-env: with and without its evaluation)."""
+    """Episodes per second of one run, of wall clock and (``_cpu``) of CPU time (sao-env: with and
+    without its evaluation)."""
     if result["side"] == "trl":
-        return {"trl": result["episodes"] / result["wall_s"]}
+        return {"trl": result["episodes"] / result["wall_s"], "trl_cpu": result["episodes"] / result["cpu_s"]}
     return {"sao": result["episodes"] / result["wall_s"],
-            "sao_no_eval": result["episodes"] / (result["wall_s"] - result["eval_s"])}
+            "sao_no_eval": result["episodes"] / (result["wall_s"] - result["eval_s"]),
+            "sao_cpu": result["episodes"] / result["cpu_s"],
+            "sao_no_eval_cpu": result["episodes"] / (result["cpu_s"] - result["eval_cpu_s"])}
 
 
 def describe(result: dict) -> str:
-    if result["side"] == "trl":
-        return (f"TRL      {rates(result)['trl']:6.1f} episodes/s  ({result['episodes']} episodes, {result['steps']} steps, "
-                f"{result['wall_s']:.1f} s; mean reward {result['reward_mean']:.3f})")
     r = rates(result)
-    return (f"sao-env  {r['sao']:6.1f} episodes/s with evaluation, {r['sao_no_eval']:.1f} without  "
-            f"({result['episodes']} episodes, {result['steps']} updates, {result['wall_s']:.1f} s: generation "
+    if result["side"] == "trl":
+        return (f"TRL      {r['trl']:6.1f} episodes/s  (CPU: {r['trl_cpu']:.1f}; {result['episodes']} episodes, "
+                f"{result['steps']} steps, {result['wall_s']:.1f} s, CPU {result['cpu_s']:.1f} s; "
+                f"mean reward {result['reward_mean']:.3f})")
+    return (f"sao-env  {r['sao']:6.1f} episodes/s with evaluation, {r['sao_no_eval']:.1f} without  (CPU: "
+            f"{r['sao_cpu']:.1f} and {r['sao_no_eval_cpu']:.1f}; {result['episodes']} episodes, "
+            f"{result['steps']} updates, "
+            f"{result['wall_s']:.1f} s, CPU {result['cpu_s']:.1f} s: generation "
             f"{result['generate_s']:.1f} s in {result['generate_batches']} calls, learner {result['update_s']:.1f} s, "
             f"evaluation {result['eval_s']:.1f} s in {result['evals']}; online reward {result['reward_mean']:.3f})")
 
@@ -313,7 +361,8 @@ def main() -> None:
     print(f"sao-env GRPO against TRL {trl.__version__} GRPOTrainer: {args.rounds} rounds x {args.steps} steps; "
           f"{hp.groups_per_update} prompts x {hp.group_size} completions of <= {config.env.max_new_tokens} "
           f"tokens per step, lr {hp.lr:g}, fp32, torch {torch.__version__}, one thread per run", flush=True)
-    figures: dict[str, list[float]] = {"sao": [], "sao_no_eval": [], "trl": []}
+    figures: dict[str, list[float]] = {key: [] for key in ("sao", "sao_no_eval", "trl", "sao_cpu", "sao_no_eval_cpu",
+                                                            "trl_cpu")}
     for r in range(args.rounds):
         for side in ("sao", "trl") if r % 2 == 0 else ("trl", "sao"):
             result = measure(side, args.steps)
@@ -322,10 +371,14 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds}: {describe(result)}", flush=True)
     median = {key: statistics.median(values) for key, values in figures.items()}
     spread = lambda key: f"(rounds: {', '.join(f'{v:.1f}' for v in figures[key])})"  # noqa: E731
-    print(f"TRL {trl.__version__} GRPOTrainer:        {median['trl']:6.1f} episodes/s {spread('trl')}")
-    print(f"sao-env GRPO without evaluation: {median['sao_no_eval']:6.1f} episodes/s {spread('sao_no_eval')}  "
-          f"{median['sao_no_eval'] / median['trl']:.2f}x")
-    print(f"sao-env GRPO with evaluation:    {median['sao']:6.1f} episodes/s {spread('sao')}")
+    for clock, unit in (("_cpu", "episodes per CPU second"), ("", "episodes per second (wall clock)")):
+        print(f"{unit}, medians over the rounds:")
+        print(f"  TRL {trl.__version__} GRPOTrainer:        {median['trl' + clock]:6.1f} {spread('trl' + clock)}")
+        print(f"  sao-env GRPO without evaluation: {median['sao_no_eval' + clock]:6.1f} {spread('sao_no_eval' + clock)}  "
+              f"{median['sao_no_eval' + clock] / median['trl' + clock]:.2f}x")
+        print(f"  sao-env GRPO with evaluation:    {median['sao' + clock]:6.1f} {spread('sao' + clock)}  "
+              f"{median['sao' + clock] / median['trl' + clock]:.2f}x")
+    print(f"sao-env/TRL episodes per CPU second: {median['sao_cpu'] / median['trl_cpu']:.2f}x")
     print(f"sao-env/TRL episodes per second: {median['sao'] / median['trl']:.2f}x")
 
 

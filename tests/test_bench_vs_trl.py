@@ -72,6 +72,7 @@ def test_trl_settings_follow_the_recipe(bench, tmp_path):
                 "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-5, "weight_decay": 0.0, "max_grad_norm": 1.0,
                 "beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.28, "loss_type": "dapo", "scale_rewards": "group",
                 "temperature": 1.0, "top_p": 1.0, "top_k": 0, "bf16": False, "fp16": False, "use_cpu": True,
+                "gradient_checkpointing": False,
                 "shuffle_dataset": False}
     assert {k: settings[k] for k in expected} == expected
     bigger = bench.resolve_config("style-drift", "grpo", 0, ["agent.hparams.group_size=8", "agent.hparams.lr=2e-4"])
