@@ -12,7 +12,8 @@ A sweep is the tuning budget of one recipe on one scenario (issue #10, "equal tu
 - trials are ranked by the mean of the *objective* over seeds (``auc`` or ``online_reward``, higher
   is better), with the half-width of its 95% Student-t interval.
 
-Outputs, in the tuning folder (``leaderboards/tuning`` by default):
+Outputs, in the tuning folder (``runs/leaderboards/tuning`` by default, outside the tracked tree; the
+committed tables are written only when asked, ``--out leaderboards/tuning``):
 
 - ``<env>-<agent>.csv``: one row per trial x seed: trial number, one column per grid key, the
   trial's overrides, the cut, seed, config hash (12 hex digits of the configuration without its

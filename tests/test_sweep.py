@@ -149,3 +149,12 @@ def test_sweep_on_a_tiny_cut_table_ranking_markdown_and_reuse(monkeypatch, tmp_p
     rerun = run_sweep(planned, jobs=1)
     assert made == [[planned.plans[(2, 1)].out]]
     pd.testing.assert_frame_equal(rerun, table)  # the same bytes again: one seed, one result
+
+
+def test_the_default_tuning_folder_is_outside_the_tracked_tree_and_dry_run_names_it(capsys, tmp_path):
+    code = main(["sweep", "--env", "style-drift", "--agent", "grpo", "--runs-dir", str(tmp_path / "runs"),
+                 "--grid", "agent.hparams.lr=5e-5,1e-4", "--seeds", "0", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.splitlines()[-1] == "write  runs/leaderboards/tuning  style-drift-grpo.md, style-drift-grpo.csv"
+    assert not (tmp_path / "runs").exists()

@@ -23,7 +23,7 @@ def sweep(
     cut: Optional[list[str]] = typer.Option(None, "--cut", help="key=value override applied to every trial (the cut of the scenario), e.g. env.phases.0.duration_h=0.25; repeat."),
     objective: str = typer.Option("auc", "--objective", help="Rank trials by the mean over seeds of: auc, online_reward."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process (default: the number of cores)."),
-    out: Path = typer.Option(Path("leaderboards/tuning"), "--out", help="Where <env>-<agent>.csv and .md go."),
+    out: Path = typer.Option(Path("runs/leaderboards/tuning"), "--out", help="Where <env>-<agent>.csv and .md go (default outside the tracked tree; the committed tables only when asked: --out leaderboards/tuning)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the trials and their runs (run or reuse, with why) and exit."),
@@ -40,6 +40,7 @@ def sweep(
             reuse, why = reuse_check(plan) if skip_existing else (False, "rerun asked")
             trial = planned.trials[number - 1]
             typer.echo(f"{'reuse' if reuse else 'run':<5}  trial {number} seed {seed}  {trial.text}  {plan.out}  {why}")
+        typer.echo(f"write  {out}  {planned.name}.md, {planned.name}.csv")
         return
     table = run_sweep(planned, jobs=jobs or _cores(), skip_existing=skip_existing,
                       report=lambda line: console.print(line, soft_wrap=True))
