@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -119,9 +121,6 @@ class RunLock:
                 raise RunBusy(f"run directory {self.path.parent} is being written by {self.owner()}; "
                               f"wait for it to finish or use another --out") from None
             fcntl.flock(fd, fcntl.LOCK_EX)
-        import socket
-        import time
-
         self.fd = fd
         with writing(self.path), _releasing_on_error(self):
             self.path.write_text(f"pid {os.getpid()} on host {socket.gethostname()} since "

@@ -154,7 +154,7 @@ class Run:
                             f"{', '.join(differing_keys(recorded, self.expanded)) or 'its provenance'}); "
                             f"use another --out, or --overwrite to replace it")
         if self.resume is True and finished:
-            recorded_code = code_key((provenance or {}).get("code"))
+            recorded_code = code_key(provenance.get("code"))
             raise UserError(f"{self.out} holds a finished run (code {recorded_code}); --resume has nothing to "
                             f"continue: run without --resume to make it again")
 
