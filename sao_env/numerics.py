@@ -13,9 +13,17 @@ machine with AVX2 has:
                                  AUTO branch elsewhere, capped by the next line
 * ``MKL_ENABLE_INSTRUCTIONS=AVX2`` MKL never dispatches past AVX2
 * ``ONEDNN_MAX_CPU_ISA=AVX2``    oneDNN's JIT kernels
+* ``NPY_ENABLE_CPU_FEATURES=X86_V3`` numpy's own SIMD dispatch stops at AVX2 (numpy >= 2.4 names
+                                 its targets by x86-64 level; older numpy gets
+                                 ``NPY_DISABLE_CPU_FEATURES`` with its AVX-512 targets instead)
 * ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``  the pools' default size (runs set torch's
                                  thread count explicitly; forward passes give the same bits on any
                                  count, backward passes keep one thread)
+
+numpy's line was found across machines: the pinned short run of tests/test_numerics_pin.py, recorded
+on an AMD EPYC with AVX2 only (family 25), gave other metrics and episodes on an AMD EPYC with AVX-512
+(family 25, model 17) while torch was pinned; numpy (2.4.6) dispatched its X86_V4 (AVX-512) kernels
+there. With numpy capped at X86_V3, that machine gives the recorded bytes exactly.
 
 Cost, measured interleaved on that machine (process CPU seconds of the same 30 updates, 3 rounds):
 native 2.7-3.7 s, pinned 3.1-3.4 s: within the run-to-run spread. ``MKL_CBWR=COMPATIBLE`` (SSE2,
@@ -40,7 +48,29 @@ PINNED_ENV: dict[str, str] = {
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
-"""Set (overriding the environment) before torch is imported."""
+
+
+def _numpy_pin() -> dict[str, str]:
+    """The variable that caps numpy's SIMD dispatch at AVX2, in the names of the installed numpy
+    (read from its metadata: numpy must not be imported before the pin)."""
+    try:
+        from importlib.metadata import version
+
+        major, minor = (int(x) for x in version("numpy").split(".")[:2])
+    except Exception:  # no numpy, or an unparsable version: the older names are harmless to numpy 2.4+
+        major, minor = 0, 0
+    if (major, minor) >= (2, 4):
+        return {"NPY_ENABLE_CPU_FEATURES": "X86_V3"}
+    return {"NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_AVX512_TARGETS)}
+
+
+NUMPY_AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX",
+                        "AVX512_CNL", "AVX512_ICL", "AVX512_SPR")
+"""numpy < 2.4's dispatch targets past AVX2."""
+NUMPY_VARIABLES = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES")
+
+PINNED_ENV.update(_numpy_pin())
+"""Set (overriding the environment) before torch and numpy are imported."""
 THREAD_DEFAULTS: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Set only where the environment does not say otherwise."""
 
@@ -71,7 +101,7 @@ def cpu_model() -> str:
 
 
 def pin() -> dict[str, Any]:
-    """Apply the pin if torch is not loaded yet and the machine has AVX2; returns what was done."""
+    """Apply the pin if neither torch nor numpy is loaded yet and the machine has AVX2; returns what was done."""
     if _STATE["reason"] != "not applied":
         return dict(_STATE)
     if os.environ.get("SAO_ENV_NUMERICS", "pinned") == "native":
@@ -82,7 +112,11 @@ def pin() -> dict[str, Any]:
         _STATE.update(pinned=False, reason="the CPU has no AVX2")
     elif "torch" in sys.modules:
         _STATE.update(pinned=False, reason="torch was imported before sao_env")
+    elif "numpy" in sys.modules:
+        _STATE.update(pinned=False, reason="numpy was imported before sao_env")
     else:
+        for key in NUMPY_VARIABLES:  # numpy refuses both at once; the pin's own one is set next
+            os.environ.pop(key, None)
         os.environ.update(PINNED_ENV)
         for key, value in THREAD_DEFAULTS.items():
             os.environ.setdefault(key, value)
@@ -98,4 +132,17 @@ def numerics_record() -> dict[str, Any]:
     blas = "mkl" if torch.backends.mkl.is_available() else "other"
     return {"pinned": _STATE["pinned"], "reason": _STATE["reason"], "cpu": cpu_model(),
             "machine": platform.machine(), "dispatch": torch.backends.cpu.get_cpu_capability(), "blas": blas,
-            "mkl_cbwr": os.environ.get("MKL_CBWR"), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+            "mkl_cbwr": os.environ.get("MKL_CBWR"), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+            "numpy_simd": numpy_simd()}
+
+
+def numpy_simd() -> list[str]:
+    """numpy's SIMD dispatch targets active in this process (beyond its compiled baseline)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # numpy < 2
+        try:
+            from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+        except ImportError:
+            return []
+    return [target for target in __cpu_dispatch__ if __cpu_features__.get(target)]

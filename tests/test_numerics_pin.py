@@ -28,7 +28,7 @@ CUT = [*SHRINK_TASKS, "env.phases.0.duration_h=0.008", "env.phases.1.duration_h=
        "env.rollout_slots=8", "agent.hparams.critic_warmup_updates=1"]
 
 
-GOLDEN = {
+GOLDEN = {  # checked equal on an AVX-512 AMD EPYC (family 25, model 17) once numpy was pinned too
     "metrics.jsonl": "4a508ee2eb516421b380c26aec1510cc6d9a3caaec98f6611b351104a08e6338",
     "evals.jsonl": "5080dbbd3c594b803bd6b787dae7327b86b00ba099642cdd4add5b902933223c",
     "episodes.jsonl": "83373cac9d77f3cac2d9e6edcff70f186953b1c1a0bea30c30c921bacff695fb",
@@ -61,6 +61,35 @@ def test_a_pinned_run_has_the_same_bytes_whatever_the_levels_asked_or_offered(tm
     assert pinned == GOLDEN, "the pinned run's bytes differ from those recorded on another machine (GOLDEN)"
     if "avx512f" in cpu_flags():  # the control: without the pin this machine's own kernels change the bits
         assert _run(tmp_path, "native", {"SAO_ENV_NUMERICS": "native"})["metrics.jsonl"] != pinned["metrics.jsonl"]
+
+
+NUMPY_PROBE = """
+import sao_env, numpy, json
+from sao_env.numerics import numerics_record, numpy_simd
+from numpy._core._multiarray_umath import __cpu_dispatch__
+print(json.dumps({"active": numpy_simd(), "dispatch": list(__cpu_dispatch__), "record": numerics_record()["numpy_simd"]}))
+"""
+
+
+def test_the_pin_caps_numpy_at_avx2_and_records_it():
+    """numpy's own SIMD dispatch changed a pinned run's bits on an AVX-512 machine (its X86_V4
+    kernels): after the pin, no target past X86_V3 is active, whatever the caller's environment
+    asked, and the run's provenance names the active targets."""
+    pytest.importorskip("numpy", minversion="2.4")
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k != "SAO_ENV_NUMERICS"}
+    env["NPY_DISABLE_CPU_FEATURES"] = "X86_V3"  # asked otherwise: numpy refuses both variables, the pin keeps its own
+    done = subprocess.run([sys.executable, "-c", NUMPY_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    seen = json.loads(done.stdout)
+    expected = ["X86_V3"] if "avx2" in cpu_flags() and "fma" in cpu_flags() else []
+    assert seen["active"] == seen["record"] == expected
+    assert "X86_V4" in seen["dispatch"]  # the build has the AVX-512 kernels that the pin turns off
+    native = subprocess.run([sys.executable, "-c", NUMPY_PROBE], env={**env, "SAO_ENV_NUMERICS": "native"},
+                            capture_output=True, text=True, timeout=120)
+    if "avx512f" in cpu_flags() and "avx512bw" in cpu_flags():  # the control: unpinned, this machine dispatches past AVX2
+        assert "X86_V4" in json.loads(native.stdout)["active"]
 
 
 def test_the_pin_refuses_after_torch_and_records_why(monkeypatch):
