@@ -1,4 +1,4 @@
-"""Training commands: run, compare, leaderboard, list."""
+"""Training commands: run, compare, verify, leaderboard, list."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ console = Console(stderr=True)
 def register(app: typer.Typer) -> None:
     app.command("run", context_settings={"allow_extra_args": False})(run)
     app.command("compare")(compare)
+    app.command("verify")(verify)
     app.command("leaderboard")(leaderboard)
     app.command("list")(list_specs)
 
@@ -276,6 +277,50 @@ def compare(
         md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), leaderboard_dir, env_name, plot=plot)
     console.print(f"leaderboard: {md} and {csv}\nadaptation plot: {plot}")
     typer.echo(md.read_text())
+
+
+def verify(
+    target: Path = typer.Argument(..., help="A per-seed table (leaderboards/ENV-runs.csv, a grid's per-seed.csv) or a finished run directory."),
+    label: Optional[str] = typer.Option(None, "--label", help="Only the rows with this label (a table's `label` or `agent`, a grid's `row`)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Only these seeds (comma-separated)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Keep the re-runs here (default: a temporary folder, removed after)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Re-runs at once, in worker processes (default: the number of cores)."),
+) -> None:
+    """Re-run committed rows (or a run directory) here and say whether each is identical or within its
+    row's seed interval. Exit 0 when every one is identical, 1 otherwise."""
+    import tempfile
+
+    if not target.exists():
+        raise UserError(f"{target} does not exist")
+    with tempfile.TemporaryDirectory(prefix="sao-env-verify-") as scratch_dir:
+        scratch = out if out is not None else Path(scratch_dir)
+        from sao_env.experiment import run_many
+        from sao_env.experiment.verify import describe, judge, target_from_run, targets_from_table
+        from sao_env.leaderboard.tables import run_record
+
+        seed_list = _int_list(seeds) if seeds else None
+        if target.is_dir():
+            if label is not None or seed_list is not None:
+                raise UserError("--label and --seeds select rows of a table; a run directory is one run")
+            targets = [target_from_run(target, scratch=scratch)]
+        else:
+            targets = targets_from_table(target, label=label, seeds=seed_list, scratch=scratch)
+        console.print(f"verify: re-running {len(targets)} run(s) into {scratch}", soft_wrap=True)
+        by_out = {t.plan.out: t for t in targets}
+        verdicts = []
+
+        def report(plan, summary: dict, seconds: float) -> None:
+            record, _ = run_record({**summary, "run_dir": str(plan.out)})
+            verdicts.append(judge(by_out[plan.out], summary, record))
+            typer.echo(describe(verdicts[-1]))
+
+        run_many([t.plan for t in targets], jobs=jobs or _cores(), on_done=report, show_progress=False)
+    same = sum(v.identical for v in verdicts)
+    typer.echo(f"verify: {same} of {len(verdicts)} identical"
+               + (f"; {sum(v.plausible for v in verdicts if not v.identical)} of the others within their row's "
+                  f"seed interval" if same < len(verdicts) else ""))
+    if same < len(verdicts):
+        raise typer.Exit(1)
 
 
 def leaderboard(
