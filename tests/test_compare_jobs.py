@@ -40,12 +40,13 @@ def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path)
     """``--jobs 1`` in this process; ``--jobs 2`` as a user runs it, in a process of its own whose
     workers are forked (a test runner's worker has threads, where runs are spawned instead), and with
     an empty warm-start cache: it trains the warm start before the runs, forward passes on two
-    threads, and the runs still match byte for byte."""
-    overrides = shrink_overrides("sao")
+    threads, and the runs still match byte for byte. (grpo: the cheapest recipe that learns; the
+    critic's passes run on the same threads as the policy's.)"""
+    overrides = shrink_overrides("grpo")
     outputs = {}
     for jobs in (1, 2):
         runs, boards = tmp_path / f"runs{jobs}", tmp_path / f"boards{jobs}"
-        argv = ["compare", "--agents", "sao", "--seeds", "0,1", "--runs-dir", str(runs),
+        argv = ["compare", "--agents", "grpo", "--seeds", "0,1", "--runs-dir", str(runs),
                 "--leaderboard-dir", str(boards), "--jobs", str(jobs), *overrides]
         if jobs == 1:
             code = main(argv)
@@ -59,7 +60,7 @@ def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path)
         assert code == 0, err
         # One progress line per finished run.
         assert sum(1 for line in err.splitlines() if "finished in" in line) == 2, err
-        plans = [plan_run("style-drift", "sao", seed, overrides, runs_dir=runs) for seed in (0, 1)]
+        plans = [plan_run("style-drift", "grpo", seed, overrides, runs_dir=runs) for seed in (0, 1)]
         outputs[jobs] = ({(p.out.name, name): (p.out / name).read_bytes() for p in plans for name in LOGS},
                          (boards / "style-drift.csv").read_bytes(), (boards / "style-drift.md").read_text(), out)
     (runs1, csv1, md1, out1), (runs2, csv2, md2, out2) = outputs[1], outputs[2]
