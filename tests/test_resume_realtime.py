@@ -137,6 +137,20 @@ def test_the_resumed_run_keeps_what_was_written_up_to_its_checkpoint(resumed):
     assert (out / "summary.json").is_file() and not (out / ckpt.FOLDER).exists()
 
 
+def test_the_checkpoint_is_at_a_version_boundary_and_its_accounting_holds(resumed):
+    state = resumed["state"]
+    runtime, core = state["runtime"], state["runtime"]["core"]
+    counts = runtime["state"]
+    cut = {name: resumed["killed"][name][:size] for name, size in state["offsets"].items()}
+    updates = [r for r in map(json.loads, cut["metrics.jsonl"].splitlines()) if r.get("kind") != "eval"]
+    assert updates[-1]["update"] == counts.updates and updates[-1]["episodes"] == counts.consumed
+    assert updates[-1]["version"] == runtime["agent"].version
+    assert len(cut["episodes.jsonl"].splitlines()) == counts.completed
+    kept = sum(len(r.group) for r in core.buffer + core.blocked) + sum(G - r.pending for r in core.running.values())
+    assert counts.completed == counts.consumed + counts.dropped + kept
+    assert counts.started * G == counts.completed + sum(r.pending for r in core.running.values())
+
+
 def test_every_episode_once_and_the_accounting_holds(resumed):
     out = resumed["out"]
     summary = json.loads((out / "summary.json").read_text())
