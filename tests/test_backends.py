@@ -177,8 +177,8 @@ def test_ray_worker_killed_mid_batch_is_replaced_and_loses_no_episode(ray_cluste
     played: list[int] = []
 
     class RecordingWorkers(RayWorkers):
-        def play(self, w, requests, version, published):
-            rollouts = super().play(w, requests, version, published)
+        def play(self, w, requests, version, published, members):
+            rollouts = super().play(w, requests, version, published, members)
             played.extend(r.id for r in requests)
             return rollouts
 

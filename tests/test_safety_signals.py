@@ -86,7 +86,7 @@ def _signal_a_run(tmp_path, backend: str, signum: int) -> tuple[int, list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sim", "threads"])  # ray: SIGTERM aborts the driver (exit -6), open in #22
+@pytest.mark.parametrize("backend", ["sim", "threads", "ray"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_run_process_stopped_by_a_signal_exits_128_plus_it_with_one_line(warm, tmp_path, backend, signum):
     if backend == "ray":

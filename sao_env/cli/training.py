@@ -28,7 +28,8 @@ def register(app: typer.Typer) -> None:
 
 
 CHECKPOINT_HELP = ("Resume checkpoints every N learner updates (25u), every M simulated minutes (5m), both (25u,5m) "
-                   "or never (off); SIGINT/SIGTERM always write one before stopping.")
+                   "or never (off); a sim run also writes one on SIGINT/SIGTERM, a threads/ray run stops at once "
+                   "and keeps its last.")
 
 
 def _checkpoint_every(text: str):

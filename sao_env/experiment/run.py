@@ -24,10 +24,13 @@ Run directory layout:
 A file that cannot be written (full disk, read-only or unwritable directory) is a ``UserError``
 naming the path. One process writes a run directory at a time (``RunLock``).
 
-Resume: a run checkpoints every ``CheckpointEvery`` (default 25 learner updates) and when it gets
-SIGINT or SIGTERM (then it stops with ``RunInterrupted``). ``resume=True`` continues from the newest
-good checkpoint of the same configuration hash and code, truncating the three logs to the lengths it
-recorded; the logs and summary.json end as an uninterrupted run's. Nothing finished is ever
+Resume: a run checkpoints every ``CheckpointEvery`` (default 25 learner updates) and, in ``sim``, when
+it gets SIGINT or SIGTERM (then it stops with ``RunInterrupted``). ``resume=True`` continues from the
+newest good checkpoint of the same configuration hash and code, truncating the three logs to the
+lengths it recorded; a ``sim`` run's logs and summary.json end as an uninterrupted run's. A
+``threads`` or ``ray`` run checkpoints after an update is published (``RealtimeRuntime.snapshot``)
+and resumes with every request then in flight played again; a signal stops it at once (its last
+checkpoint stays). Nothing finished is ever
 replaced by surprise: a directory holding a run of another configuration is refused (one line
 naming the keys that differ) unless ``overwrite``, and ``resume=True`` on a finished run is refused
 rather than started over.
@@ -36,6 +39,7 @@ rather than started over.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -114,8 +118,6 @@ class Run:
         self.config_hash = config_hash(self.expanded)
         self.code = code or provenance_of.code_version()
         self.sim = config.agent.runtime.backend == "sim"
-        if resume is True and not self.sim:
-            raise UserError(f"--resume needs the sim backend (this run's is {config.agent.runtime.backend!r})")
         self.resume, self.overwrite = resume, overwrite
         self.checkpoint_every = checkpoint_every
         self.checkpoints = self.out / ckpt.FOLDER
@@ -127,7 +129,7 @@ class Run:
         self.lock.acquire()
         try:
             self._guard_existing()
-            restored = self._find_resume() if self.resume and self.sim else None
+            restored = self._find_resume() if self.resume else None
             self._clear(restored)
             return self._make(restored)
         finally:
@@ -217,7 +219,7 @@ class Run:
         trackers = open_trackers(self.loggers, out, name=f"{config.env.name}/{self.label}/seed{config.seed}",
                                  config=self.expanded)
         logs: list[JsonLines] = []
-        saver = _Checkpoints(self.checkpoints, self.checkpoint_every if self.sim else None, provenance, restored)
+        saver = _Checkpoints(self.checkpoints, self.checkpoint_every, provenance, restored, on_signal=self.sim)
         try:
             if restored is None:
                 agent = build_agent(config, scenario, show_progress=self.show_progress)
@@ -315,11 +317,13 @@ def _replay(metrics: Path, trackers: list) -> None:
 
 
 class _Checkpoints:
-    """Writes resume checkpoints at clean points of the event loop, on schedule and on SIGINT/SIGTERM.
-    ``every`` None: a backend without resume (the real-time ones); signals keep their default effect."""
+    """Writes resume checkpoints on schedule at clean points: between two events of ``sim``'s loop,
+    after a published update of a real-time run. ``on_signal`` (``sim``): SIGINT/SIGTERM also write one
+    and stop the run; otherwise signals keep their effect (a real-time run stops at once)."""
 
-    def __init__(self, folder: Path, every: CheckpointEvery | None, provenance: dict, restored: dict | None):
-        self.folder, self.every = folder, every
+    def __init__(self, folder: Path, every: CheckpointEvery, provenance: dict, restored: dict | None, *,
+                 on_signal: bool = True):
+        self.folder, self.every, self.on_signal = folder, every, on_signal
         self.identity = {"config_hash": provenance["config_hash"], "code_key": code_key(provenance["code"])}
         self.index = ckpt.index_of(ckpt.checkpoints(folder)[0]) if restored and ckpt.checkpoints(folder) else 0
         self.last_updates = restored["runtime"]["state"].updates if restored else 0
@@ -331,7 +335,7 @@ class _Checkpoints:
     @contextlib.contextmanager
     def signals(self) -> Iterator[None]:
         """While the run lasts, SIGINT and SIGTERM ask it to stop at its next clean point (main thread only)."""
-        if self.every is None or threading.current_thread() is not threading.main_thread():
+        if not self.on_signal or threading.current_thread() is not threading.main_thread():
             yield
             return
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -347,18 +351,23 @@ class _Checkpoints:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def at_clean_point(self, runtime: SimRuntime, extra: dict, logs: list[JsonLines]) -> None:
+    def at_clean_point(self, runtime, extra: dict, logs: list[JsonLines]) -> None:
         """Checkpoint when due or asked to stop (then raise ``RunInterrupted``)."""
-        if self.every is None:
-            return
         now, updates = runtime.state.now, runtime.state.updates
         if not self.stop_signal and not self.every.due(updates, now, self.last_updates, self.last_now):
             return
-        if not ckpt.clean_point(runtime):
-            return
         start = time.perf_counter()
-        state = {**self.identity, "sim_time_s": now, "runtime": ckpt.runtime_state(runtime), "rng": ckpt.rng_states(),
-                 "experiment": extra, "offsets": {log.path.name: log.offset for log in logs}}
+        if isinstance(runtime, SimRuntime):
+            if not ckpt.clean_point(runtime):
+                return
+            state = {**self.identity, "sim_time_s": now, "runtime": ckpt.runtime_state(runtime), "rng": ckpt.rng_states(),
+                     "experiment": extra, "offsets": {log.path.name: log.offset for log in logs}}
+        else:
+            saved, (kept, offsets) = runtime.snapshot(lambda: (copy.deepcopy(extra),
+                                                               {log.path.name: log.offset for log in logs}))
+            now = saved["now"]
+            state = {**self.identity, "sim_time_s": now, "runtime": saved, "rng": ckpt.rng_states(),
+                     "experiment": kept, "offsets": offsets}
         self.index += 1
         with writing(self.folder):
             path = ckpt.write(self.folder, self.index, state)
@@ -413,8 +422,10 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: Json
     runtime_cls = runtime_class(config.agent.runtime.backend)
     runtime = runtime_cls(scenario, agent, config.agent.runtime, seed=config.seed, on_update=on_update,
                           on_episode=on_episode, on_eval=on_eval, eval_times=[float(t) for t in eval_times])
-    if saver.restored:
+    if saver.restored and isinstance(runtime, SimRuntime):
         ckpt.restore_runtime(runtime, saver.restored["runtime"])
+    elif saver.restored:
+        runtime.restore(saver.restored["runtime"])
     extra = {"evals": evals, "rewards": rewards, "masked": masked}
     logs = [metrics, evals_log, episodes_log]
 

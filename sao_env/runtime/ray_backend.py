@@ -14,18 +14,25 @@ driver thread per actor hands it a batch of requests and waits for its rollouts.
   re-queued on it with the same requests and sampling streams: no episode is lost. Restarts and
   re-queued requests are counted (``async/worker_restarts``; ``worker_restarts`` and
   ``requeued_requests`` in timings.json).
+* A local cluster this driver starts is watched by a ``reaper.Reaper``: when the driver dies (even by
+  SIGKILL) its Ray processes go with it within a second instead of lingering a minute. ``ray.init``
+  replaces the driver's SIGTERM handler with one that exits mid-run; the handler in place before it
+  is put back, so SIGTERM stops a ``ray`` run as it stops the others (exit 143).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import torch
 
 from sao_env.errors import UserError
 from sao_env.runtime.core import Request
+from sao_env.runtime.reaper import Reaper
 from sao_env.runtime.rollout import Rollout, play
-from sao_env.runtime.threads import RealtimeRuntime, frozen_copy
+from sao_env.runtime.threads import RealtimeRuntime, batch_rows, frozen_copy
 
 
 def _ray():
@@ -77,11 +84,17 @@ class RayWorkers:
         self.runtime, self.n = runtime, n
         spec = runtime.spec
         self.started_ray = not ray.is_initialized()
+        self.reaper = None
         if self.started_ray:
             options = {"include_dashboard": False, "log_to_driver": False}
             if spec.address is None:
                 options["num_cpus"] = spec.ray_num_cpus
+                self.reaper = Reaper()
+            main = threading.current_thread() is threading.main_thread()
+            sigterm = signal.getsignal(signal.SIGTERM) if main else None
             ray.init(address=spec.address, **options)
+            if main:
+                signal.signal(signal.SIGTERM, sigterm)
         gpus = ray.cluster_resources().get("GPU", 0)
         cpus = ray.cluster_resources().get("CPU", 1)
         self.placement = None
@@ -118,10 +131,9 @@ class RayWorkers:
         self.weights_version = version
         return self.weights_ref
 
-    def play(self, w: int, requests: list[Request], version: int, published) -> list[Rollout]:
-        rt, G = self.runtime, self.runtime.agent.group_size
-        args = ([published], version, [r.task for r in requests for _ in range(G)],
-                [s for r in requests for s in r.env_seeds], [k for r in requests for k in r.row_keys])
+    def play(self, w: int, requests: list[Request], version: int, published, members: list[list[int]]) -> list[Rollout]:
+        rt = self.runtime
+        args = ([published], version, *batch_rows(requests, members))
         self.busy[w] = [r.id for r in requests]
         try:
             while True:
@@ -146,6 +158,8 @@ class RayWorkers:
             remove_placement_group(self.placement)
         if self.started_ray:
             self.ray.shutdown()
+        if self.reaper is not None:
+            self.reaper.release()
 
 
 class RayRuntime(RealtimeRuntime):

@@ -19,6 +19,16 @@ from ``sim``:
 
 Metrics keep ``sim``'s names and meanings (``sim_time_s`` is the scaled clock); ``perf/*`` adds
 wall-clock throughput, the learner's idle fraction and the weight-publish latency.
+
+Resume: between two updates (after the new weights are published) ``snapshot`` copies, under the
+lock, the scheduling core (counters, buffer, blocked and running requests with their finished
+episodes), the task and latency streams, the scenario, the remaining evaluation times and the scaled
+clock; the experiment adds the agent and its logs' byte lengths (``sao_env.experiment.run``).
+``restore`` puts them back: the clock continues from the checkpoint's reading, and every request that
+was in flight is re-queued (``replay``) so that its unfinished episodes are played again from their own
+seeds (task, environment seed, sampling stream ``row_key``) with the weights published at the
+checkpoint. Its finished episodes are kept; an episode that finished after the checkpoint is cut
+from episodes.jsonl with the rest of the logs and played again, so each appears once.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import os
 import threading
 import time
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -70,6 +80,13 @@ def make_episode(request: Request, i: int, rollout: Rollout, version: int, start
     )
 
 
+def batch_rows(requests: list[Request], members: list[list[int]]) -> tuple[list, list[int], list[int]]:
+    """The rows of one batch: tasks, environment seeds and sampling-stream keys of ``members[j]`` of
+    ``requests[j]`` (all of a request's members when it starts, the unfinished ones when it is replayed)."""
+    rows = [(r, i) for r, ms in zip(requests, members) for i in ms]
+    return [r.task for r, _ in rows], [r.env_seeds[i] for r, i in rows], [r.row_keys[i] for r, i in rows]
+
+
 def frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
     model = copy.deepcopy(policy).eval()
     for p in model.parameters():
@@ -96,15 +113,15 @@ class LocalWorkers:
         """What the workers will read: a detached copy, so the learner may keep training its own tensors."""
         return {k: v.detach().clone() for k, v in weights.items()}
 
-    def play(self, w: int, requests: list[Request], version: int, published) -> list[Rollout]:
-        rt, G = self.runtime, self.runtime.agent.group_size
+    def play(self, w: int, requests: list[Request], version: int, published, members: list[list[int]]) -> list[Rollout]:
+        rt = self.runtime
         if self.versions[w] != version:
             with torch.no_grad():
                 self.models[w].load_state_dict(published)
             self.versions[w] = version
-        args = (self.models[w], rt.tokenizer, [r.task for r in requests for _ in range(G)], rt.scenario.spec)
-        kwargs = {"env_seeds": [s for r in requests for s in r.env_seeds], "row_keys": [k for r in requests for k in r.row_keys],
-                  "temperature": rt.spec.temperature, "top_p": rt.spec.top_p}
+        tasks, env_seeds, row_keys = batch_rows(requests, members)
+        args = (self.models[w], rt.tokenizer, tasks, rt.scenario.spec)
+        kwargs = {"env_seeds": env_seeds, "row_keys": row_keys, "temperature": rt.spec.temperature, "top_p": rt.spec.top_p}
         if self.sampler is None:
             return play(*args, **kwargs)
         with self.sampler_lock:  # one engine serves every worker thread, one batch at a time
@@ -151,10 +168,17 @@ class RealtimeRuntime:
         self.tokens = 0
         self.wall = {"generate_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "generate_batches": 0, "generate_rows": 0,
                      "learner_idle_s": 0.0, "publish_s": 0.0, "publishes": 0, "worker_restarts": 0, "requeued_requests": 0,
+                     "replayed_requests": 0,
                      "backend": spec.backend, "time_scale": spec.time_scale, "workers": self.n_workers}
         """Wall-clock figures (timings.json): the real-time run's throughput, idle time and publish latency."""
         self.requeued: list[int] = []
         """Ids of requests a dead worker left mid-episode, re-queued to its replacement."""
+        self.replay: list[Request] = []
+        """Requests a resumed run plays again, oldest first: those in flight at its checkpoint."""
+        self.replayed: list[int] = []
+        """Ids of the requests ``restore`` re-queued."""
+        self.start_at = 0.0
+        """The scaled clock's reading when ``run`` starts: 0, or the checkpoint's on resume."""
 
     # -- the clock --------------------------------------------------------------------------
     def clock(self) -> float:
@@ -174,7 +198,7 @@ class RealtimeRuntime:
                    for w in range(self.n_workers)]
         threads.append(threading.Thread(target=self._timer, name="episode-timer", daemon=True))
         self.errors: list[BaseException] = []
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() - self.start_at * self.spec.time_scale
         for t in threads:
             t.start()
         try:
@@ -260,6 +284,36 @@ class RealtimeRuntime:
                         "perf/learner_idle_frac": self.wall["learner_idle_s"] / elapsed,
                         "async/worker_restarts": float(self.wall["worker_restarts"])})
 
+    # -- resume -----------------------------------------------------------------------------
+    def snapshot(self, capture: Callable[[], Any] = lambda: None) -> tuple[dict[str, Any], Any]:
+        """The run's state between two updates, and what ``capture()`` returns, both taken under the lock
+        (so no episode completes and no request starts in between; the experiment captures its logs'
+        byte lengths and running lists there). Call it on the learner's thread, after an update was
+        published and logged: the agent, which only that thread changes, is saved as it is."""
+        with self.cv:
+            now = self.clock()
+            held = copy.deepcopy({"core": self.core, "scenario": self.scenario, "task_rng": self.task_rng,
+                                  "env_rng": self.env_rng, "evals": self.evals})
+            captured = capture()
+            counters = {"tokens": self.tokens, "wall": {k: v for k, v in self.wall.items() if isinstance(v, (int, float))}}
+        return {"backend": self.spec.backend, "agent": self.agent, "state": held["core"].state, "now": now,
+                **held, **counters}, captured
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Continue from ``snapshot``'s state (the agent and scenario were handed to the constructor): the
+        clock from the checkpoint's reading, every request then in flight re-queued to be played again.
+        A request none of whose episodes had finished restarts under the weights published now."""
+        self.core, self.state = saved["core"], saved["core"].state
+        self.scenario, self.task_rng, self.env_rng = saved["scenario"], saved["task_rng"], saved["env_rng"]
+        self.evals, self.tokens, self.start_at = list(saved["evals"]), saved["tokens"], saved["now"]
+        self.wall.update({k: v for k, v in saved["wall"].items() if k not in ("time_scale", "workers")})
+        self.replay = sorted(self.core.running.values(), key=lambda r: r.id)
+        for request in self.replay:
+            if request.pending == len(request.group):
+                request.version = self.agent.version
+        self.replayed = [r.id for r in self.replay]
+        self.wall["replayed_requests"] += len(self.replay)
+
     def _evaluate_due(self, now: float) -> None:
         while self.evals and self.evals[0] <= now:
             t = self.evals.pop(0)
@@ -282,20 +336,31 @@ class RealtimeRuntime:
         G, end = self.agent.group_size, self.scenario.duration_s
         while True:
             with self.cv:
-                while not self.stopping and not (self.core.may_start() and self.clock() < end):
+                while not self.stopping and not ((self.replay or self.core.may_start()) and self.clock() < end):
                     self.cv.wait(0.05)
                 if self.stopping:
                     return
                 requests: list[Request] = []
+                members: list[list[int]] = []
+                starts: list[float] = []
                 version, published = self.deployed_version, self.published
+                while len(requests) < self.batch_cap and self.replay and self.clock() < end:
+                    request = self.replay.pop(0)
+                    requests.append(request)
+                    members.append([i for i, e in enumerate(request.group) if e is None])
+                    starts.append(self.clock())
                 while len(requests) < self.batch_cap and self.core.may_start() and self.clock() < end:
                     now = self.clock()
                     task = self.scenario.next_task(now, self.task_rng, index=self.state.started)
                     request = self.core.start(task, version, now, self.env_rng.integers(2**31, size=G).tolist())
                     request.row_keys = [row_key(self.seed, request.id, i) for i in range(G)]
                     requests.append(request)
+                    members.append(list(range(G)))
+                    starts.append(request.start)
+            if not requests:
+                continue
             start = time.perf_counter()
-            rollouts = self.pool.play(w, requests, version, published)
+            rollouts = self.pool.play(w, requests, version, published, members)
             done = time.perf_counter()
             scale = self.spec.time_scale
             share = (done - start) / scale / len(rollouts)
@@ -303,10 +368,10 @@ class RealtimeRuntime:
                 self.wall["generate_s"] += done - start
                 self.wall["generate_batches"] += 1
                 self.wall["generate_rows"] += len(rollouts)
-                for n, rollout in enumerate(rollouts):
-                    request, i = requests[n // G], n % G
+                rows = [(r, i, begun) for r, ms, begun in zip(requests, members, starts) for i in ms]
+                for (request, i, begun), rollout in zip(rows, rollouts):
                     due = done + rollout.env_s * scale
-                    episode = make_episode(request, i, rollout, version, request.start, (due - self.t0) / scale,
+                    episode = make_episode(request, i, rollout, version, begun, (due - self.t0) / scale,
                                            prefill_s=0.0, decode_s=share)
                     heapq.heappush(self.timers, (due, self.timer_seq, request, i, episode))
                     self.timer_seq += 1
