@@ -245,9 +245,9 @@ def test_threads_worker_tags_episodes_with_the_published_version():
             published[version] = out
             return out
 
-        def play(self, w, requests, version, weights):
+        def play(self, w, requests, version, weights, members):
             played.append((version, weights is published.get(version), [r.id for r in requests]))
-            return super().play(w, requests, version, weights)
+            return super().play(w, requests, version, weights, members)
 
     class Runtime(ThreadsRuntime):
         workers_class = RecordingWorkers
