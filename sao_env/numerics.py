@@ -69,8 +69,7 @@ NUMPY_AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX5
 """numpy < 2.4's dispatch targets past AVX2."""
 NUMPY_VARIABLES = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES")
 
-PINNED_ENV.update(_numpy_pin())
-"""Set (overriding the environment) before torch and numpy are imported."""
+PINNED_ENV.update(_numpy_pin())  # PINNED_ENV: set, overriding the environment, before torch and numpy load
 THREAD_DEFAULTS: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Set only where the environment does not say otherwise."""
 
