@@ -3,6 +3,7 @@ critic's frozen attention, the critic warm-up, non-finite rewards, GRPO's zero-a
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ from sao_env.agents import ALGORITHMS
 from sao_env.agents.critic import ValueModel
 from sao_env.agents.grpo import GRPOAgent, GRPOConfig
 from sao_env.agents.sao import SAOAgent, SAOConfig
-from sao_env.algos import POLICY_LOSSES
+from sao_env.algos import POLICY_LOSSES, gae
 from sao_env.envs.text_env import load_scenario
 from sao_env.policy.generate import sample
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
@@ -129,6 +130,29 @@ def test_value_model_starts_at_zero(tiny, scenario):
     agent = SAOAgent(policy, tok, SAOConfig())
     batch = agent.batch(make_episodes(policy, tok, scenario, [1.0, 0.0]))
     assert torch.equal(agent.critic.values(batch), torch.zeros_like(batch.rollout_logp_BT))
+
+
+def test_critic_fit_takes_v_old_from_its_first_step_bit_for_bit(tiny, scenario):
+    """fit() reads V_old from its first step's forward pass: the same bits as a separate no-grad pass
+    before the fit, and the same weights after it as the two-pass procedure (values, then K steps)."""
+    policy, tok = tiny
+    agent = SAOAgent(policy, tok, SAOConfig())
+    torch.nn.init.normal_(agent.critic.model.head.weight, std=0.5)  # values away from 0
+    reference = copy.deepcopy(agent.critic)
+    before = snapshot(agent.critic.model)
+    batch = agent.batch(make_episodes(policy, tok, scenario, [1.0, 0.0, 1.0, 0.0], seed=3))
+
+    _, old = agent.critic.fit(batch, steps=2)
+
+    expected_old = reference.values(batch)
+    _, returns = gae(batch.rewards_BT, expected_old, batch.mask_BT, gamma=1.0, lam=1.0)
+    for _ in range(2):
+        reference.step(batch, returns)
+    assert expected_old.abs().sum() > 0
+    assert torch.equal(old, expected_old)
+    after, expected = agent.critic.model.state_dict(), reference.model.state_dict()
+    assert all(torch.equal(after[k], expected[k]) for k in expected)
+    assert "head.weight" in changed(before, agent.critic.model)
 
 
 # -- non-finite rewards ---------------------------------------------------------------------------

@@ -81,20 +81,26 @@ class Critic:
     def values(self, batch: Batch) -> torch.Tensor:
         return self.model(batch.tokens_BT, batch.attention_BT)
 
-    def fit(self, batch: Batch, *, steps: int, gamma: float = 1.0, values_BT: torch.Tensor | None = None) -> dict[str, float]:
+    def fit(self, batch: Batch, *, steps: int, gamma: float = 1.0) -> tuple[dict[str, float], torch.Tensor]:
         """SAO's critic update: targets from the pre-update values with lambda=1, then ``steps`` steps.
 
-        R = GAE(r, V_old; gamma, lambda=1) + V_old, i.e. the discounted reward-to-go. ``values_BT``
-        passes V_old when the caller has computed it already.
+        R = GAE(r, V_old; gamma, lambda=1) + V_old, i.e. the discounted reward-to-go. Returns the last
+        step's metrics and V_old. V_old is the first step's own forward pass, detached: the weights are
+        those before the update and a forward pass with autograd gives the bits of one without it
+        (``tests/test_critic.py``), so the separate no-grad pass is not needed.
         """
-        old = self.values(batch) if values_BT is None else values_BT
-        _, returns = gae(batch.rewards_BT, old, batch.mask_BT, gamma=gamma, lam=1.0)
-        for _ in range(steps):
-            metrics = self.step(batch, returns)
-        return metrics
-
-    def step(self, batch: Batch, returns_BT: torch.Tensor) -> dict[str, float]:
         values = self.model(batch.tokens_BT, batch.attention_BT)
+        old = values.detach()
+        _, returns = gae(batch.rewards_BT, old, batch.mask_BT, gamma=gamma, lam=1.0)
+        for k in range(steps):
+            metrics = self.step(batch, returns, values=values if k == 0 else None)
+        return metrics, old
+
+    def step(self, batch: Batch, returns_BT: torch.Tensor, *, values: torch.Tensor | None = None) -> dict[str, float]:
+        """One regression step towards ``returns_BT``; ``values`` is this step's forward pass when the
+        caller has made it (with autograd, on the current weights)."""
+        if values is None:
+            values = self.model(batch.tokens_BT, batch.attention_BT)
         loss, metrics = value_loss(values, returns_BT, batch.mask_BT, agg=self.agg)
         grad_norm, skipped = guarded_step(loss, self.params, self.optimizer, self.grad_clip)
         self.skipped += skipped

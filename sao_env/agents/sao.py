@@ -122,8 +122,7 @@ class SAOAgent(Agent):
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
-        values_old = self.critic.values(batch)
-        metrics = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma, values_BT=values_old)
+        metrics, values_old = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma)
         self.updates += 1
         if self.updates <= cfg.critic_warmup_updates:
             return metrics | {"actor/warmup": 1.0}
