@@ -21,7 +21,7 @@ from scipy import stats as sps
 from conftest import shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
-from sao_env.grid import grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
+from sao_env.grid import axis_text, grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
 
@@ -98,6 +98,39 @@ def test_the_committed_ablation_grid_is_valid():
     assert spec.baseline == "sao" and spec.scenarios == ["style-drift", "tool-drift"]
     assert spec.seeds == list(range(10)) and len(spec.rows) == 15 and not spec.axes
     assert spec.rows[0].label == "sao" and spec.rows[0].overrides == []
+
+
+def test_the_committed_regime_map_spans_1x_to_50x_tails_in_both_regimes():
+    """leaderboards/regimes/grid.yaml: the heterogeneity axis's p99/median (computed from the latency
+    model itself) runs from 1x to 50x, every arm resolves at every point, and only the axis keys differ
+    from the shipped scenario."""
+    grid = plan_grid(load_grid(REPO / "leaderboards" / "regimes" / "grid.yaml"))
+    spec = grid.spec
+    assert spec.baseline == "grpo" and len(spec.seeds) >= 5 and len(grid.runs) == 8 * 5 * 2 * len(spec.seeds)
+    assert {r.agent for r in spec.rows} >= {"sync_grpo", "sync_sao", "grpo", "grpo_dis", "sao", "sao_critic_parallel",
+                                            "sao_streaming", "running_mean"}
+    ratios = []
+    for sigma in spec.axis_values["env.latency.env_sigma"]:
+        run = next(r for r in grid.runs if r.row == "sao" and r.point[0] == axis_text(sigma))
+        latency = run.plan.config.env.latency
+        assert latency.env_sigma == float(sigma) and latency.env_median_s == 4.0 and latency.task_sigma == 0.0
+        ratios.append(latency.from_normal(1.0, float(sps.norm.ppf(0.99))))
+    assert ratios[0] == 1.0 and ratios[-1] == pytest.approx(50, rel=0.01) and ratios == sorted(ratios)
+    assert {r.plan.config.env.latency.update_s_per_token for r in grid.runs} == {0.0005, 0.008}
+
+
+def test_the_committed_stress_map_crosses_every_loss_with_staleness_lr_and_mismatch():
+    grid = plan_grid(load_grid(REPO / "leaderboards" / "stress" / "grid.yaml"))
+    spec = grid.spec
+    losses = {r.row: r.plan.config.agent.hparams.get("loss", "dis") for r in grid.runs}  # sao's default: dis
+    assert losses == {"dis": "dis", "ppo_clip": "ppo_clip", "tis": "tis", "mis_token": "mis_token",
+                      "mis_seq": "mis_seq", "gspo": "gspo", "pg": "pg"}
+    caps = {r.plan.config.agent.runtime.max_staleness for r in grid.runs}
+    assert min(caps) == 0 and max(caps) >= 64
+    lrs = {r.plan.config.agent.hparams["lr"] for r in grid.runs}
+    assert max(lrs) >= 10 * min(lrs) == 10 * 1e-4
+    assert {r.plan.config.agent.runtime.rollout_mismatch for r in grid.runs} == {"none", "logit_noise"}
+    assert all(r.plan.config.env.rollout_slots == 64 for r in grid.runs) and len(spec.seeds) >= 3
 
 
 # ----------------------------------------------------------------------------- statistics on a hand-made table
