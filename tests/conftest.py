@@ -7,10 +7,15 @@ run of each configuration costs seconds.
 
 from __future__ import annotations
 
+import os
+
+# Idle OpenMP threads sleep instead of spinning: on a busy machine a spinning thread of a 2-thread
+# forward took the core its partner needed (a --jobs 2 warm start: 127 s instead of 19 s, same bytes).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import sao_env.numerics  # noqa: F401  (first: pins the CPU numerics before torch loads, as the CLI does)
 
 import contextlib
-import os
 from pathlib import Path
 
 import pytest

@@ -11,17 +11,35 @@ The parts, along their seams (docs/architecture.md, "Experiments as instruments"
 * ``drivers``   one planned run, many runs in worker processes, the warm starts they need
 
 The names below are the package's interface; the commands (``sao_env.cli``), sweeps and grids use
-only these.
+only these. Each is imported from its part when first used.
 """
 
-from sao_env.experiment.config import (AgentRecipe, RunConfig, apply_override, build_agent, build_agent_config,
-                                       expand_config, load_run_config, resolve_config)
-from sao_env.experiment.drivers import run_many, run_plan
-from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunBusy, RunLock, write_atomic, writing
-from sao_env.experiment.plan import RunPlan, plan_run, resume_point, reuse_check
-from sao_env.experiment.run import Run, RunInterrupted, differing_keys, run_experiment
+import importlib
 
-__all__ = ["AgentRecipe", "LOGS", "JsonLines", "Run", "RunBusy", "RunConfig", "RunInterrupted", "RunLock", "RunPlan",
-           "STALE_OUTPUTS", "apply_override", "build_agent", "build_agent_config", "differing_keys", "expand_config",
-           "load_run_config", "plan_run", "resolve_config", "resume_point", "reuse_check", "run_experiment",
-           "run_many", "run_plan", "write_atomic", "writing"]
+_HOME = {
+    **dict.fromkeys(("AgentRecipe", "RunConfig", "apply_override", "build_agent", "build_agent_config", "expand_config",
+                     "load_run_config", "resolve_config"), "config"),
+    **dict.fromkeys(("run_many", "run_plan"), "drivers"),
+    **dict.fromkeys(("LOGS", "STALE_OUTPUTS", "JsonLines", "RunBusy", "RunLock", "write_atomic", "writing"), "files"),
+    **dict.fromkeys(("RunPlan", "plan_run", "resume_point", "reuse_check"), "plan"),
+    **dict.fromkeys(("Run", "RunInterrupted", "differing_keys", "run_experiment"), "run"),
+}
+_PARTS = ("config", "drivers", "files", "plan", "progress", "run")
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    """Each name is imported from its part when first used: a process that needs only ``RunLock``
+    does not import torch."""
+    if name in _PARTS:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
