@@ -464,8 +464,9 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "seeds",
               "- **detectable at n**: the minimum detectable paired difference to the baseline at the cell's n "
               "(80% power, two-sided α 0.05, from the observed sd of the paired differences; docs/leaderboard.md)",
-              "- **p (Holm), rank**: exact sign-flip permutation test of the paired differences, Holm-corrected over "
-              "the pairs of rows at the axis point; a rank is a tie (`1–3`) unless those tests support the order",
+              "- **p vs baseline (Holm), rank**: exact sign-flip permutation test of each row's paired differences to the "
+              "baseline, Holm-corrected over the rows' comparisons with the baseline at the axis point; a rank is a tie "
+              "(`1–3`) unless the tests of every pair of rows (Holm over all pairs) support the order",
               "- **collapsed**: runs whose rolling training reward stayed under half its phase peak until the phase "
               "ended (docs/metrics.md, Collapse)",
               f"- **code version**: {', '.join(versions)}",

@@ -384,3 +384,21 @@ def test_the_site_lists_the_maps_of_its_subfolders(tmp_path):
     assert f"{b['online_reward_diff']:+.3f} ± {b['online_reward_diff_ci95']:.3f} (n=4)" in page
     empty = tmp_path / "plain"
     assert 'id="maps"' not in write_site(empty, generator="test").read_text()
+
+
+def test_the_p_shown_is_holm_over_the_comparisons_with_the_baseline():
+    """Four rows, 7 seeds, each row above the last on every seed: every exact sign-flip p is 2/128.
+    Over the 3 comparisons with the baseline Holm gives 3 x 2/128 = 0.046875 (supported); over all 6
+    pairs, 6 x 2/128 = 0.09375 (not)."""
+    rows = [{"scenario": "s", "row": label, "seed": seed, "config_hash": label, "code_version": "v", "run_dir": "",
+             "agent": label, "overrides": "", "online_reward": seed * 0.01 + shift}
+            for label, shift in (("base", 0.0), ("b", 0.1), ("c", 0.2), ("d", 0.3)) for seed in range(7)]
+    agg = maps.aggregate(pd.DataFrame(rows), axes=[], rows=["base", "b", "c", "d"], baseline="base",
+                         metric="online_reward")
+    assert list(agg["p"][1:]) == pytest.approx([2 / 128] * 3)
+    assert list(agg["p_holm_baseline"][1:]) == pytest.approx([3 * 2 / 128] * 3)
+    assert list(agg["p_holm"][1:]) == pytest.approx([6 * 2 / 128] * 3)
+    assert math.isnan(agg.loc[0, "p_holm_baseline"])
+    header, body = maps.display_table(agg, axes=[], baseline="base", metric="online_reward")
+    column = header.index("p vs base (Holm)")
+    assert [r[column] for r in body] == ["", *[maps.format_p(3 * 2 / 128)] * 3]

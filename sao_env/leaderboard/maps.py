@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.evaluation.stats import mean_ci95, paired_difference
-from sao_env.leaderboard.stats import format_rank, min_detectable_difference, pairwise, rank_ranges
+from sao_env.leaderboard.stats import format_rank, holm, min_detectable_difference, pairwise, rank_ranges
 from sao_env.leaderboard.tables import column_format, finite_float, format_cell, format_difference, format_p
 
 MANIFEST = "grid.json"
@@ -68,7 +68,9 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
     Columns: ``scenario``, the axis columns, ``row``, ``agent``, ``overrides``, ``config_hash``,
     ``n`` (seeds), ``seeds``, ``collapses``, ``collapse_checked``; per metric ``m``: ``m``,
     ``m_ci95``, ``m_diff``, ``m_diff_ci95``, ``m_diff_n`` (difference to the baseline, NaN on the
-    baseline row); on ``metric``: ``mde``, ``p``, ``p_holm``, ``rank``, ``rank_low``,
+    baseline row); on ``metric``: ``mde``, ``p``, ``p_holm`` (Holm over every pair of rows at the
+    axis point, as the ranks use), ``p_holm_baseline`` (Holm over the comparisons with the baseline
+    only: the family an ablation asks about), ``rank``, ``rank_low``,
     ``rank_high`` and ``rank_text``.
     """
     table = per_seed.copy()
@@ -91,6 +93,8 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
             comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
                                    higher_is_better=better is not False) if metric in at else []
             ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
+            versus = [c for c in comparisons if baseline in (c.a, c.b) and c.a != c.b]
+            p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
             means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
                                    for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
             order = sorted(labels, key=lambda r: (math.isnan(means[r]), -means[r] if better is not False else means[r]))
@@ -114,6 +118,7 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
                     else:
                         row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = math.nan, math.nan, 0
                 row["mde"], row["p"], row["p_holm"] = math.nan, math.nan, math.nan
+                row["p_holm_baseline"] = p_versus.get(label, math.nan)
                 for c in comparisons:
                     if {c.a, c.b} == {label, baseline} and label != baseline:
                         row["mde"], row["p"], row["p_holm"] = c.mde, c.p, c.p_holm
@@ -130,11 +135,12 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
 def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: str) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of a scenario's aggregate (Markdown and site alike): axis values, row,
     n, the metric's mean ± CI, its paired difference to the baseline ± CI (n), the minimum
-    detectable difference at that n, the Holm-corrected sign-flip p, the supported rank, collapses."""
+    detectable difference at that n, the sign-flip p of the difference Holm-corrected over the rows'
+    comparisons with the baseline, the supported rank (all pairs), collapses."""
     title = column_format(metric).title
     decimals = column_format(metric).decimals
     header = [*axes, "row", "seeds", f"{title} (mean ± 95% CI)", f"− {baseline} (paired, 95% CI)",
-              "detectable at n", "p (Holm)", "rank", "collapsed"]
+              "detectable at n", f"p vs {baseline} (Holm)", "rank", "collapsed"]
     body = []
     for _, r in agg.iterrows():
         is_base = r["row"] == baseline
@@ -145,7 +151,7 @@ def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: 
         body.append([*(str(r[a]) for a in axes), str(r["row"]), str(int(r["n"])),
                      format_cell(r.get(metric), r.get(f"{metric}_ci95"), 0, r["n"], metric), diff,
                      "" if is_base else ("n/a" if mde is None else f"{mde:.{decimals}f}"),
-                     "" if is_base else format_p(finite_float(r.get("p_holm"))), str(r["rank_text"]),
+                     "" if is_base else format_p(finite_float(r.get("p_holm_baseline"))), str(r["rank_text"]),
                      f"{int(r.get('collapses') or 0)} of {checked}" if checked else "?"])
     return header, body
 
