@@ -55,11 +55,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0 --leaderboard-dir runs/demo
 
-## make test: the whole test suite on one worker more than the cores (pytest-xdist; a file's tests share a
-## worker). The real-time tests (threads and Ray backends, signals, subprocesses) spend much of their time
-## waiting on the clock, and the extra worker runs other files meanwhile. Measured on 2 cores: 2 workers
-## 613 s, 3 workers 510 s, 4 workers 780 s (Ray's start-up starves).
-WORKERS := $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
+## make test: the whole test suite, one worker per core (pytest-xdist; a file's tests share a worker).
+## One worker more than the cores was tried (the real-time tests wait on the clock): on 2 cores 510 s once and
+## 756 s once against 613 s with 2; 4 workers 780 s (Ray's start-up starves). Too variable to adopt.
+WORKERS := auto
 test: $(TESTS)
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
