@@ -184,6 +184,19 @@ SCENARIO_SHRINK: dict[str, tuple[str, ...]] = {
 warm start: enough for the runtime, the envs and the learner to run end to end (not to learn)."""
 
 
+def load_bench(name: str):
+    """The script ``bench/<name>.py`` as a module (bench/ is not a package)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def scenario_config(env: str, agent: str, seed: int = 0, extra: tuple[str, ...] = ()):
     from sao_env.experiment import resolve_config
 

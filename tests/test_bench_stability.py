@@ -3,27 +3,19 @@ cells are the mean and Student-t interval over seeds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import load_bench
 from sao_env.evaluation.collapse import collapse_record
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "stability.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_stability", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_stability"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("stability")
 
 
 def test_cell_is_the_mean_and_the_t_interval_by_hand(bench):

@@ -6,27 +6,18 @@ prompt and reward checks build no model, and the run uses the test session's shr
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from sao_env.experiment import run_experiment
 from sao_env.scenario import Scenario
-from conftest import SHRINK_TASKS
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_vs_trl.py"
+from conftest import SHRINK_TASKS, load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_vs_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_vs_trl"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_vs_trl")
 
 
 def test_first_task_prompt_and_reward_by_hand(bench):

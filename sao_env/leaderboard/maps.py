@@ -93,7 +93,7 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
             comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
                                    higher_is_better=better is not False) if metric in at else []
             ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
-            versus = [c for c in comparisons if baseline in (c.a, c.b) and c.a != c.b]
+            versus = [c for c in comparisons if baseline in (c.a, c.b)]
             p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
             means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
                                    for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
