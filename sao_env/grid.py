@@ -7,6 +7,7 @@ A grid is data, a YAML file (``leaderboards/ablations/grid.yaml`` is one)::
     seeds: [0, 1, 2]
     baseline: sao                            # a row label: every row is compared with it, paired by seed
     metric: online_reward                    # optional: the metric ranked, tested and drawn
+    test: sign-flip                          # optional: the paired test, sign-flip (exact) or t (paired t-test)
     cut: [env.phases.0.duration_h=0.1]       # optional: overrides applied to every run, stated in the outputs
     axes:                                    # optional: key -> values; cells are rows x the product of the axes
       env.latency.task_sigma: [0.0, 0.5, 1.0]
@@ -45,7 +46,7 @@ import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import pandas as pd
 import yaml
@@ -101,6 +102,7 @@ class GridSpec(BaseModel):
     axes: dict[str, list[Any]] = {}
     cut: list[str] = []
     metric: str = DEFAULT_METRIC
+    test: Literal["sign-flip", "t"] = "sign-flip"
 
     @field_validator("scenarios")
     @classmethod
@@ -408,7 +410,7 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
             scenarios.append(name)
             mine = table[table["scenario"] == name]
             agg = maps.aggregate(mine, axes=grid.axes, rows=labels, baseline=spec.baseline, metric=metric,
-                                 points=grid.points)
+                                 points=grid.points, test=spec.test)
             frames.append(agg)
             paths[f"{name}.csv"] = out / f"{name}.csv"
             agg.to_csv(paths[f"{name}.csv"], index=False, float_format="%.6g")
@@ -420,7 +422,7 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
-                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric,
+                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test,
                     "figure": figure, "figure_caption": figure_caption(grid, figure), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
         paths["manifest"].write_text(json.dumps(manifest, indent=1) + "\n")
@@ -464,8 +466,9 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "seeds",
               "- **detectable at n**: the minimum detectable paired difference to the baseline at the cell's n "
               "(80% power, two-sided α 0.05, from the observed sd of the paired differences; docs/leaderboard.md)",
-              "- **p vs baseline (Holm), rank**: exact sign-flip permutation test of each row's paired differences to the "
-              "baseline, Holm-corrected over the rows' comparisons with the baseline at the axis point; a rank is a tie "
+              "- **p vs baseline (Holm), rank**: " + ("exact sign-flip permutation test" if spec.test == "sign-flip" else
+                                                       "paired t-test (the grid's `test: t`)")
+              + " of each row's paired differences to the baseline, Holm-corrected over the rows' comparisons with the baseline at the axis point; a rank is a tie "
               "(`1–3`) unless the tests of every pair of rows (Holm over all pairs) support the order",
               "- **collapsed**: runs whose rolling training reward stayed under half its phase peak until the phase "
               "ended (docs/metrics.md, Collapse)",
@@ -473,7 +476,7 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               f"- **command**: `{command}`",
               f"- **per-seed table**: `{maps.PER_SEED}`; every metric's aggregate and paired difference: `{scenario}.csv`",
               "", f"![{figure_caption(grid, figure)}]({maps.FIGURE})", ""]
-    header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric)
+    header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric, test=spec.test)
     lines += maps.markdown_table(header, body)
     lines += ["", f"Generated on {date.today().isoformat()}."]
     return "\n".join(lines) + "\n"

@@ -16,12 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from pydantic import ValidationError
 from scipy import stats as sps
 
 from conftest import shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
-from sao_env.grid import axis_text, grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
+from sao_env.grid import GridSpec, axis_text, grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
 
@@ -117,6 +118,9 @@ def test_the_committed_regime_map_spans_1x_to_50x_tails_in_both_regimes():
         ratios.append(latency.from_normal(1.0, float(sps.norm.ppf(0.99))))
     assert ratios[0] == 1.0 and ratios[-1] == pytest.approx(50, rel=0.01) and ratios == sorted(ratios)
     assert {r.plan.config.env.latency.update_s_per_token for r in grid.runs} == {0.0005, 0.008}
+    # a cell can be supported at all: after Holm over the 7 comparisons with the baseline, the
+    # exact sign-flip test would need 7 x 2 / 2^n <= 0.05; otherwise the grid must use the t-test
+    assert spec.test == "t" or (len(spec.rows) - 1) * 2 / 2 ** len(spec.seeds) <= 0.05
 
 
 def test_the_committed_stress_map_crosses_every_loss_with_staleness_lr_and_mismatch():
@@ -402,3 +406,25 @@ def test_the_p_shown_is_holm_over_the_comparisons_with_the_baseline():
     header, body = maps.display_table(agg, axes=[], baseline="base", metric="online_reward")
     column = header.index("p vs base (Holm)")
     assert [r[column] for r in body] == ["", *[maps.format_p(3 * 2 / 128)] * 3]
+
+
+def test_a_grid_can_test_with_the_paired_t_test():
+    """Five seeds where b is above the baseline on every seed by 0.10-0.14: the sign-flip p is 2/32
+    (0.0625) and can never be supported; the paired t-test's p is scipy's ttest_rel, and the table
+    says which test it shows."""
+    shifts = [0.10, 0.12, 0.14, 0.11, 0.13]
+    rows = [{"scenario": "s", "row": label, "seed": seed, "config_hash": label, "code_version": "v", "run_dir": "",
+             "agent": label, "overrides": "", "online_reward": 0.3 + seed * 0.02 + (shifts[seed] if label == "b" else 0.0)}
+            for label in ("base", "b") for seed in range(5)]
+    table = pd.DataFrame(rows)
+    flip = maps.aggregate(table, axes=[], rows=["base", "b"], baseline="base", metric="online_reward")
+    t = maps.aggregate(table, axes=[], rows=["base", "b"], baseline="base", metric="online_reward", test="t")
+    assert flip.loc[1, "p"] == pytest.approx(2 / 32) and flip.loc[1, "rank_text"] == "1–2"
+    base = [r["online_reward"] for r in rows if r["row"] == "base"]
+    b = [r["online_reward"] for r in rows if r["row"] == "b"]
+    assert t.loc[1, "p"] == pytest.approx(sps.ttest_rel(b, base).pvalue, rel=1e-9)
+    assert t.loc[1, "p_holm_baseline"] == pytest.approx(t.loc[1, "p"]) and t.loc[1, "rank_text"] == "1"
+    header, _ = maps.display_table(t, axes=[], baseline="base", metric="online_reward", test="t")
+    assert "p vs base (paired t, Holm)" in header
+    with pytest.raises(ValidationError, match="test"):
+        GridSpec(scenarios=["s"], seeds=[0], baseline="a", rows=[{"label": "a", "agent": "sao"}], test="wilcoxon")

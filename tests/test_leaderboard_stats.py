@@ -15,7 +15,8 @@ from scipy import stats as sps
 
 from sao_env.evaluation.collapse import collapse_record, phase_collapse, rolling_mean, run_collapse
 from sao_env.leaderboard.stats import (format_rank, holm, min_detectable_difference, pairwise, pooled_sd, rank_ranges,
-                                       seeds_for_difference, sign_flip_pvalue, smallest_p, supported_leader)
+                                       paired_pvalue, paired_t_pvalue, seeds_for_difference, sign_flip_pvalue,
+                                       smallest_p, supported_leader)
 from sao_env.leaderboard.tables import NO_COLLAPSE, board_from_records, leaderboard_frame, markdown
 
 NAN = float("nan")
@@ -113,6 +114,25 @@ def test_sign_flip_against_a_loop_and_invariances():
         assert sign_flip_pvalue(list(reversed(d)))[0] == p  # the order of the seeds
     assert sign_flip_pvalue([0.0, 0.0, 0.0])[0] == 1.0
     assert math.isnan(sign_flip_pvalue([])[0])
+
+
+def test_paired_t_by_hand_and_against_scipy():
+    # d = 0.1, 0.2, 0.3, 0.4, -0.1: mean 0.18; squared deviations 0.0064 + 0.0004 + 0.0144 + 0.0484
+    # + 0.0784 = 0.148, sd = sqrt(0.148 / 4) = 0.192354; t = 0.18 / (0.192354 / sqrt 5) = 2.092457 on 4 df
+    d = [0.1, 0.2, 0.3, 0.4, -0.1]
+    p, method = paired_t_pvalue(d)
+    assert method == "paired t"
+    assert p == pytest.approx(2 * sps.t.sf(2.092457, 4), rel=1e-5)
+    assert p == pytest.approx(sps.ttest_1samp(d, 0.0).pvalue, rel=1e-12)
+    assert paired_t_pvalue([-x for x in d])[0] == pytest.approx(p)
+    # five seeds that all agree: the sign-flip test cannot go below 2/32, the t-test can
+    agree = [0.11, 0.12, 0.10, 0.13, 0.12]
+    assert paired_pvalue(agree, "sign-flip")[0] == 2 / 32
+    assert paired_pvalue(agree, "t")[0] == pytest.approx(sps.ttest_1samp(agree, 0.0).pvalue) and paired_pvalue(agree, "t")[0] < 1e-4
+    assert paired_t_pvalue([0.1, 0.1])[0] == 0.0 and paired_t_pvalue([0.0, 0.0])[0] == 1.0
+    assert math.isnan(paired_t_pvalue([0.3])[0])
+    with pytest.raises(ValueError, match="unknown paired test 'wilcoxon'"):
+        paired_pvalue(d, "wilcoxon")
 
 
 def test_sign_flip_monte_carlo_beyond_the_exact_limit():

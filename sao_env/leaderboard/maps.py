@@ -11,8 +11,9 @@ boards (``sao_env.leaderboard.stats``, ``sao_env.evaluation.stats``):
 - per cell and metric, the difference to the *baseline* row at the same axis point, paired by
   seed (``paired_difference``: the Student-t interval of the per-seed differences);
 - on the grid's metric, per cell, the minimum detectable paired difference to the baseline at the
-  cell's n (``min_detectable_difference``, 80 % power, two-sided α 0.05), the sign-flip p of that
-  difference before and after Holm's correction over the pairs of rows compared at the axis point,
+  cell's n (``min_detectable_difference``, 80 % power, two-sided α 0.05), the paired test's p of
+  that difference (the exact sign-flip test, or the paired t-test where the grid says ``test: t``)
+  before and after Holm's correction over the pairs of rows compared at the axis point,
   and the rank range that those tests support among the rows at the axis point (``rank_ranges``:
   ``2–3`` is a tie);
 - per cell, the runs that collapsed (``collapsed`` of the per-seed rows, the rule of
@@ -61,10 +62,11 @@ def _key(value: Any) -> str:
 
 
 def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], baseline: str, metric: str,
-              points: list[tuple[str, ...]] | None = None) -> pd.DataFrame:
+              points: list[tuple[str, ...]] | None = None, test: str = "sign-flip") -> pd.DataFrame:
     """One row per (scenario, axis point, row) in grid order: the module doc's statistics.
 
-    ``rows`` orders the grid's rows; ``points`` the axis points (default: as first met in the table).
+    ``rows`` orders the grid's rows; ``points`` the axis points (default: as first met in the table);
+    ``test`` the paired test of the p-values and ranks (``sao_env.leaderboard.stats.TESTS``).
     Columns: ``scenario``, the axis columns, ``row``, ``agent``, ``overrides``, ``config_hash``,
     ``n`` (seeds), ``seeds``, ``collapses``, ``collapse_checked``; per metric ``m``: ``m``,
     ``m_ci95``, ``m_diff``, ``m_diff_ci95``, ``m_diff_n`` (difference to the baseline, NaN on the
@@ -91,7 +93,7 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
             labels = [r for r in rows if (at["row"] == r).any()]
             runs = {r: at[at["row"] == r].sort_values("seed") for r in labels}
             comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
-                                   higher_is_better=better is not False) if metric in at else []
+                                   higher_is_better=better is not False, test=test) if metric in at else []
             ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
             versus = [c for c in comparisons if baseline in (c.a, c.b)]
             p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
@@ -132,15 +134,22 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
 # ----------------------------------------------------------------------------- the table people read
 
 
-def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: str) -> tuple[list[str], list[list[str]]]:
+def test_name(test: str) -> str:
+    """How a table names its paired test."""
+    return {"sign-flip": "sign-flip", "t": "paired t"}.get(test, test)
+
+
+def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: str,
+                  test: str = "sign-flip") -> tuple[list[str], list[list[str]]]:
     """Header and text cells of a scenario's aggregate (Markdown and site alike): axis values, row,
     n, the metric's mean ± CI, its paired difference to the baseline ± CI (n), the minimum
-    detectable difference at that n, the sign-flip p of the difference Holm-corrected over the rows'
-    comparisons with the baseline, the supported rank (all pairs), collapses."""
+    detectable difference at that n, the p of the paired test (``test``, named in the header)
+    Holm-corrected over the rows' comparisons with the baseline, the supported rank (all pairs), collapses."""
     title = column_format(metric).title
     decimals = column_format(metric).decimals
     header = [*axes, "row", "seeds", f"{title} (mean ± 95% CI)", f"− {baseline} (paired, 95% CI)",
-              "detectable at n", f"p vs {baseline} (Holm)", "rank", "collapsed"]
+              "detectable at n", f"p vs {baseline} (Holm)" if test == "sign-flip" else f"p vs {baseline} ({test_name(test)}, Holm)",
+              "rank", "collapsed"]
     body = []
     for _, r in agg.iterrows():
         is_base = r["row"] == baseline
@@ -302,7 +311,8 @@ def maps_section(folder: Path) -> str:
     parts = ['<section id="maps"><h2>Maps</h2><p class="muted">Grids of whole experiments (<code>sao-env grid</code>): '
              "every cell is a row (a recipe with overrides) at one axis point, its seeds ordinary runs; each row is "
              "compared with the grid's baseline at the same axis point, paired by seed. Ranks are ties unless a "
-             "paired sign-flip test (Holm-corrected at the axis point) supports the order.</p>"]
+             "paired test (the grid's own: sign-flip unless it says paired t; Holm-corrected at the axis point) "
+             "supports the order.</p>"]
     for i, where in enumerate(found):
         try:
             manifest = json.loads((where / MANIFEST).read_text())
@@ -316,7 +326,8 @@ def maps_section(folder: Path) -> str:
                   or "none"),
                  ("cut", " ".join(manifest.get("cut") or []) or "none (the full scenarios)"),
                  ("seeds", ", ".join(map(str, manifest.get("seeds", [])))), ("baseline", baseline),
-                 ("metric", metric), ("command", manifest.get("command", ""))]
+                 ("metric", metric), ("paired test", test_name(manifest.get("test", "sign-flip"))),
+                 ("command", manifest.get("command", ""))]
         parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in facts) + "</dl>")
         png = where / FIGURE
         if png.is_file():
@@ -328,7 +339,8 @@ def maps_section(folder: Path) -> str:
             if not path.is_file():
                 continue
             agg = pd.read_csv(path, dtype={a: str for a in axes})
-            header, body = display_table(agg, axes=axes, baseline=baseline, metric=metric)
+            header, body = display_table(agg, axes=axes, baseline=baseline, metric=metric,
+                                         test=manifest.get("test", "sign-flip"))
             table_id = f"map-{i}-{''.join(ch if ch.isalnum() else '-' for ch in scenario)}"
             head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
             rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)

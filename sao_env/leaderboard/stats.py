@@ -26,6 +26,11 @@ prompts, so the difference of the two runs takes out what a seed does to both al
   fixed seed (``MC_SEED``) and ``p = (1 + hits) / (1 + draws)`` (Phipson and Smyth 2010). It
   assumes nothing about the differences' distribution, and its smallest attainable p is
   ``2 / 2^n``: 0.25 with 3 seeds, 0.0625 with 5, 0.0156 with 7.
+- **Paired t-test** (``paired_t_pvalue``), chosen per grid (``test: t``): the two-sided one-sample
+  Student-t test of the paired differences on n-1 degrees of freedom (Student 1908). It assumes
+  roughly normal differences, which a collapsed run breaks, and in return its p is not bounded
+  below: it is the test for grids whose cells have too few seeds for the sign-flip test to reach
+  ``alpha`` after Holm's correction (5 seeds: the regime map). The tables say which test they use.
 - **Multiplicity** (``holm``): Holm's step-down correction (Holm 1979, *Scand. J. Stat.* 6:65)
   over the comparisons made on one board and one metric (every pair of rows sharing at least
   ``MIN_PAIRED`` seeds).
@@ -56,6 +61,8 @@ MC_SEED = 0
 """Seed of the Monte Carlo sign patterns: the same table gives the same p-values."""
 MIN_PAIRED = 2
 """A comparison is made (and counted by Holm) when the two rows share at least this many seeds."""
+TESTS = ("sign-flip", "t")
+"""The paired tests a board can use: the exact sign-flip permutation test (default) or the paired t-test."""
 
 
 def min_detectable_difference(sd_diff: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -120,6 +127,30 @@ def sign_flip_pvalue(diffs: list[float], *, exact_max_n: int = EXACT_MAX_N, draw
     return (1 + hits) / (1 + draws), "monte carlo"
 
 
+def paired_t_pvalue(diffs: list[float]) -> tuple[float, str]:
+    """Two-sided p-value of the paired t-test on ``diffs`` (one paired difference per seed) and the
+    method (``"paired t"``): ``t = mean / (sd / sqrt(n))`` on n-1 degrees of freedom. With no spread
+    p is 0 for a non-zero mean and 1 for a zero one; NaN below two seeds."""
+    d = np.asarray([x for x in diffs if x is not None and math.isfinite(x)], dtype=float)
+    n = len(d)
+    if n < 2:
+        return math.nan, "paired t"
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        return (0.0 if mean != 0.0 else 1.0), "paired t"
+    t = mean / (sd / math.sqrt(n))
+    return float(2.0 * sps.t.sf(abs(t), n - 1)), "paired t"
+
+
+def paired_pvalue(diffs: list[float], test: str = "sign-flip") -> tuple[float, str]:
+    """The p-value of ``test`` (one of ``TESTS``) on the paired differences, and its method."""
+    if test == "sign-flip":
+        return sign_flip_pvalue(diffs)
+    if test == "t":
+        return paired_t_pvalue(diffs)
+    raise ValueError(f"unknown paired test {test!r} (known: {', '.join(TESTS)})")
+
+
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-adjusted p-values, in the input's order: the i-th smallest p times (m - i + 1), made
     non-decreasing along the sorted order and capped at 1 (NaN entries stay NaN and are not counted)."""
@@ -146,7 +177,7 @@ class Comparison:
     sd: float
     """Standard deviation of the paired differences (ddof 1; NaN with one seed)."""
     p: float
-    """Two-sided sign-flip p-value (NaN when the comparison was not made: fewer than MIN_PAIRED seeds)."""
+    """Two-sided p-value of the paired test (NaN when the comparison was not made: fewer than MIN_PAIRED seeds)."""
     p_holm: float
     """``p`` Holm-adjusted over the comparisons made on the board and metric."""
     method: str
@@ -161,10 +192,11 @@ class Comparison:
 
 
 def pairwise(values: dict[str, dict[Hashable, float | None]], *, higher_is_better: bool = True,
-             alpha: float = ALPHA, power: float = POWER) -> list[Comparison]:
+             alpha: float = ALPHA, power: float = POWER, test: str = "sign-flip") -> list[Comparison]:
     """Every pair of rows (in the given order, ``a`` before ``b``) compared paired by seed:
     ``values`` maps a row label to ``{seed: value}``; missing or NaN values leave their seed out.
-    Holm's correction runs over the pairs with at least ``MIN_PAIRED`` shared seeds."""
+    ``test`` is the paired test (``TESTS``). Holm's correction runs over the pairs with at least
+    ``MIN_PAIRED`` shared seeds."""
     raw = []
     for a, b in combinations(list(values), 2):
         va, vb = values[a], values[b]
@@ -173,7 +205,7 @@ def pairwise(values: dict[str, dict[Hashable, float | None]], *, higher_is_bette
         n = len(d)
         mean = float(np.mean(d)) if n else math.nan
         sd = float(np.std(d, ddof=1)) if n >= 2 else math.nan
-        p, method = sign_flip_pvalue(d) if n >= MIN_PAIRED else (math.nan, "not made")
+        p, method = paired_pvalue(d, test) if n >= MIN_PAIRED else (math.nan, "not made")
         raw.append((a, b, n, mean, sd, p, method))
     adjusted = holm([r[5] for r in raw])
     out = []
