@@ -8,6 +8,7 @@ A grid is data, a YAML file (``leaderboards/ablations/grid.yaml`` is one)::
     baseline: sao                            # a row label: every row is compared with it, paired by seed
     metric: online_reward                    # optional: the metric ranked, tested and drawn
     test: sign-flip                          # optional: the paired test, sign-flip (exact) or t (paired t-test)
+    contrasts: [sao - grpo]                  # optional: named pairs of rows, tested beside the baseline's
     cut: [env.phases.0.duration_h=0.1]       # optional: overrides applied to every run, stated in the outputs
     axes:                                    # optional: key -> values; cells are rows x the product of the axes
       env.latency.task_sigma: [0.0, 0.5, 1.0]
@@ -103,6 +104,8 @@ class GridSpec(BaseModel):
     cut: list[str] = []
     metric: str = DEFAULT_METRIC
     test: Literal["sign-flip", "t"] = "sign-flip"
+    contrasts: list[str] = []
+    """Named pairs ``"a - b"`` of row labels tested beside every row against the baseline."""
 
     @field_validator("scenarios")
     @classmethod
@@ -157,7 +160,21 @@ class GridSpec(BaseModel):
         for key in self.axes:
             if key in set_by:
                 raise ValueError(f"axis {key} is also set by the {set_by[key]}; a key is either an axis or fixed")
+        for text in self.contrasts:
+            parts = [x.strip() for x in text.split(" - ")]
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"contrasts: {text!r} is not 'a - b' (two row labels around ' - ')")
+            for label in parts:
+                if label not in labels:
+                    raise ValueError(f"contrasts: {label!r} is not a row label ({', '.join(labels)})")
+            if parts[0] == parts[1]:
+                raise ValueError(f"contrasts: {text!r} compares a row with itself")
         return self
+
+    @property
+    def contrast_pairs(self) -> list[tuple[str, str]]:
+        """The contrasts as ``(a, b)`` label pairs, in the file's order."""
+        return [tuple(x.strip() for x in text.split(" - ")) for text in self.contrasts]  # type: ignore[misc]
 
     @property
     def axis_values(self) -> dict[str, list[str]]:
@@ -348,7 +365,8 @@ def output_files(grid: Grid, out: Path) -> list[Path]:
     out = Path(out)
     files = [out / maps.PER_SEED]
     for s in grid.spec.scenarios:
-        files += [out / f"{_scenario_name(grid, s)}.csv", out / f"{_scenario_name(grid, s)}.md"]
+        name = _scenario_name(grid, s)
+        files += [out / f"{name}.csv", out / f"{name}.md"] + ([out / f"{name}-contrasts.csv"] if grid.spec.contrasts else [])
     return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG]
 
 
@@ -414,15 +432,22 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
             frames.append(agg)
             paths[f"{name}.csv"] = out / f"{name}.csv"
             agg.to_csv(paths[f"{name}.csv"], index=False, float_format="%.6g")
+            pairs = None
+            if spec.contrasts:
+                pairs = maps.contrasts(mine, axes=grid.axes, pairs=spec.contrast_pairs, metric=metric,
+                                       points=grid.points, test=spec.test)
+                paths[f"{name}-contrasts.csv"] = out / f"{name}-contrasts.csv"
+                pairs.to_csv(paths[f"{name}-contrasts.csv"], index=False, float_format="%.6g")
             paths[f"{name}.md"] = out / f"{name}.md"
-            paths[f"{name}.md"].write_text(grid_markdown(grid, name, mine, agg, command=command, figure=figure))
+            paths[f"{name}.md"].write_text(grid_markdown(grid, name, mine, agg, command=command, figure=figure,
+                                                         contrasts=pairs))
         paths["figure"] = maps.plot_map(pd.concat(frames, ignore_index=True), out / maps.FIGURE, axes=grid.axes,
                                         rows=labels, baseline=spec.baseline, metric=metric,
                                         difference=figure == "difference", points=grid.points)
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
-                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test,
+                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts,
                     "figure": figure, "figure_caption": figure_caption(grid, figure), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
         paths["manifest"].write_text(json.dumps(manifest, indent=1) + "\n")
@@ -444,7 +469,7 @@ def figure_caption(grid: Grid, figure: str) -> str:
 
 
 def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.DataFrame, *, command: str,
-                  figure: str) -> str:
+                  figure: str, contrasts: pd.DataFrame | None = None) -> str:
     """One scenario's page: what the grid is, on which cut, at which seeds, how to make it again, the table."""
     spec = grid.spec
     title = column_format(spec.metric).title
@@ -478,5 +503,12 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "", f"![{figure_caption(grid, figure)}]({maps.FIGURE})", ""]
     header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric, test=spec.test)
     lines += maps.markdown_table(header, body)
+    if contrasts is not None and not contrasts.empty:
+        lines += ["", "## Contrasts", "",
+                  f"The grid's named comparisons ({', '.join(spec.contrasts)}): a minus b at the same axis point, "
+                  f"paired by seed; p Holm-corrected over the {len(spec.contrasts)} contrasts at the axis point. Every "
+                  f"metric's contrast: `{scenario}-contrasts.csv`.", ""]
+        header, body = maps.contrasts_display(contrasts, axes=grid.axes, metric=spec.metric, test=spec.test)
+        lines += maps.markdown_table(header, body)
     lines += ["", f"Generated on {date.today().isoformat()}."]
     return "\n".join(lines) + "\n"

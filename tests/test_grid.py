@@ -63,6 +63,10 @@ def write_spec(folder: Path, spec: dict) -> Path:
     ({"axes": {"env.max_new_tokens": [20, 24]}}, "axis env.max_new_tokens is also set by the cut"),
     ({"cut": ["env.max_new_tokens"]}, "'env.max_new_tokens' is not of the form key=value"),
     ({"axes": {"env.latency.nonsense": [1, 2]}}, "unknown override key"),
+    ({"contrasts": ["grpo"]}, "contrasts: 'grpo' is not 'a - b'"),
+    ({"contrasts": ["grpo - sao"]}, "contrasts: 'sao' is not a row label (grpo, running mean)"),
+    ({"contrasts": ["grpo - grpo"]}, "contrasts: 'grpo - grpo' compares a row with itself"),
+    ({"test": "wilcoxon"}, "test: Input should be 'sign-flip' or 't'"),
     ({"rows": [{"label": "grpo", "agent": "grpo"}, {"label": "again", "agent": "grpo"}]},
      "resolves to the same configuration as scenario style-drift, row 'grpo'"),
 ])
@@ -201,7 +205,7 @@ def test_ranks_are_supported_with_enough_seeds():
 def made(tmp_path_factory):
     """The tiny grid, run once uninterrupted: (grid, per-seed table, report, output paths, folder)."""
     root = tmp_path_factory.mktemp("grid")
-    path = write_spec(root, tiny_spec())
+    path = write_spec(root, tiny_spec(contrasts=["running mean - grpo"]))
     grid = plan_grid(load_grid(path), source=path, runs_dir=root / "runs")
     lines: list[str] = []
     report = run_grid(grid, jobs=1, code=FIXED_CODE, report=lines.append)
@@ -259,6 +263,14 @@ def test_the_aggregate_is_the_per_seed_table_by_numpy(made):
     assert paths["figure"].stat().st_size > 10_000
     manifest = json.loads(paths["manifest"].read_text())
     assert manifest["axis_values"] == {AXIS: ["0.0", "1.0"]} and manifest["baseline"] == "grpo"
+    assert manifest["contrasts"] == ["running mean - grpo"] and manifest["test"] == "sign-flip"
+    named = pd.read_csv(paths["style-drift-contrasts.csv"], dtype={AXIS: str})
+    assert list(zip(named[AXIS], named["contrast"])) == [("0.0", "running mean − grpo"), ("1.0", "running mean − grpo")]
+    for _, c in named.iterrows():  # the contrast with the baseline is the aggregate's own difference
+        same = agg[(agg["row"] == "running mean") & (agg[AXIS] == c[AXIS])].iloc[0]
+        assert c["online_reward_diff"] == pytest.approx(same["online_reward_diff"])
+        assert c["p"] == pytest.approx(same["p"]) and c["p_holm"] == pytest.approx(same["p"])  # one contrast
+    assert "## Contrasts" in md and f"{named.iloc[1]['online_reward_diff']:+.3f} ± " in md.split("## Contrasts")[1]
 
 
 @pytest.mark.slow
@@ -379,8 +391,13 @@ def test_the_site_lists_the_maps_of_its_subfolders(tmp_path):
     (where / maps.MANIFEST).write_text(json.dumps({
         "title": "Regime map", "scenarios": ["s"], "rows": [{"label": x, "agent": x, "overrides": []} for x in "abc"],
         "axes": ["x"], "axis_values": {"x": ["0.5", "2"]}, "cut": [], "seeds": [0, 1, 2, 3], "baseline": "a",
-        "metric": "online_reward", "command": "sao-env grid g.yaml --out boards/regimes"}))
+        "metric": "online_reward", "command": "sao-env grid g.yaml --out boards/regimes", "contrasts": ["b - c"]}))
+    named = maps.contrasts(hand_table(), axes=["x"], pairs=[("b", "c")], metric="online_reward")
+    named.to_csv(where / "s-contrasts.csv", index=False)
     page = write_site(board, generator="test").read_text()
+    bc = named[named["x"] == "2"].iloc[0]
+    assert "s: contrasts</b> (b - c)" in page
+    assert f"{bc['online_reward_diff']:+.3f} ± {bc['online_reward_diff_ci95']:.3f} (n=4)" in page.split("s: contrasts")[1]
     assert '<section id="maps">' in page and "Regime map" in page and '<a href="#maps">maps</a>' in page
     assert "sao-env grid g.yaml --out boards/regimes" in page and 'alt="map: regimes"' in page
     b = agg[(agg["row"] == "b") & (agg["x"] == "2")].iloc[0]
@@ -428,3 +445,30 @@ def test_a_grid_can_test_with_the_paired_t_test():
     assert "p vs base (paired t, Holm)" in header
     with pytest.raises(ValidationError, match="test"):
         GridSpec(scenarios=["s"], seeds=[0], baseline="a", rows=[{"label": "a", "agent": "sao"}], test="wilcoxon")
+
+
+def test_named_contrasts_are_paired_differences_with_holm_over_the_contrasts():
+    """hand_table: b is 0.3 above a, c 0.05 below, with small noise. The contrasts b - c and a - c at
+    each axis point are numpy's paired differences; their t-test p is scipy's ttest_rel, and Holm
+    runs over the two contrasts at the point (2 x the smaller p, then the larger if larger)."""
+    table = hand_table()
+    got = maps.contrasts(table, axes=["x"], pairs=[("b", "c"), ("a", "c")], metric="online_reward", test="t")
+    assert list(zip(got["x"], got["contrast"])) == [("0.5", "b − c"), ("0.5", "a − c"), ("2", "b − c"), ("2", "a − c")]
+    t975 = sps.t.ppf(0.975, 3)
+    for x in ("0.5", "2"):
+        def seeds(label):
+            return table[(table["x"] == x) & (table["row"] == label)].sort_values("seed")["online_reward"].to_numpy()
+        raw = []
+        for name, (a, b) in (("b − c", ("b", "c")), ("a − c", ("a", "c"))):
+            d = seeds(a) - seeds(b)
+            cell = got[(got["x"] == x) & (got["contrast"] == name)].iloc[0]
+            assert cell["online_reward_diff"] == pytest.approx(d.mean())
+            assert cell["online_reward_diff_ci95"] == pytest.approx(t975 * d.std(ddof=1) / 2)
+            assert cell["p"] == pytest.approx(sps.ttest_rel(seeds(a), seeds(b)).pvalue)
+            raw.append(cell["p"])
+        low, high = sorted(raw)
+        cells = got[got["x"] == x].set_index("contrast")
+        assert sorted(cells["p_holm"]) == pytest.approx([min(1, 2 * low), max(min(1, 2 * low), high)])
+    header, body = maps.contrasts_display(got, axes=["x"], metric="online_reward", test="t")
+    assert header[-1] == "p (paired t, Holm over the contrasts)"
+    assert body[0][:2] == ["0.5", "b − c"] and body[0][2].endswith("(n=4)")

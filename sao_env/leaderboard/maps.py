@@ -131,6 +131,74 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
     return pd.DataFrame(out)
 
 
+def contrasts(per_seed: pd.DataFrame, *, axes: list[str], pairs: list[tuple[str, str]], metric: str,
+              points: list[tuple[str, ...]] | None = None, test: str = "sign-flip") -> pd.DataFrame:
+    """The grid's named contrasts: one row per (scenario, axis point, pair ``(a, b)``) with ``a``
+    minus ``b`` paired by seed, for the questions a grid is built to answer beside "every row
+    against the baseline" (the regime map's SAO against synchronous GRPO).
+
+    Columns: ``scenario``, the axis columns, ``contrast`` (``"a − b"``), ``a``, ``b``; per metric ``m``:
+    ``m_diff``, ``m_diff_ci95``, ``m_diff_n``; on ``metric``: ``mde`` (minimum detectable paired
+    difference at that n), ``p`` (``test``) and ``p_holm`` (Holm over the contrasts at the axis point).
+    A pair whose rows share fewer than two seeds gets NaN tests.
+    """
+    from sao_env.leaderboard.stats import MIN_PAIRED, paired_pvalue
+
+    table = per_seed.copy()
+    for a in axes:
+        table[a] = table[a].map(_key)
+    metrics = metric_names(per_seed, axes)
+    if points is None:
+        points = list(dict.fromkeys(tuple(r) for r in table[axes].itertuples(index=False, name=None))) if axes else [()]
+    points = [tuple(_key(v) for v in p) for p in points]
+    out = []
+    for scenario in dict.fromkeys(table["scenario"]):
+        mine = table[table["scenario"] == scenario]
+        for point in points:
+            at = mine
+            for a, v in zip(axes, point):
+                at = at[at[a] == v]
+            block = []
+            for a_label, b_label in pairs:
+                ra, rb = at[at["row"] == a_label], at[at["row"] == b_label]
+                if ra.empty or rb.empty:
+                    continue
+                row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)),
+                                       "contrast": f"{a_label} − {b_label}", "a": a_label, "b": b_label}
+                for m in metrics:
+                    row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
+                        _values(ra, m), _values(rb, m))
+                va, vb = _values(ra, metric), _values(rb, metric)
+                d = [float(va[k]) - float(vb[k]) for k in sorted(set(va) & set(vb), key=str)
+                     if finite_float(va[k]) is not None and finite_float(vb[k]) is not None]
+                sd = float(pd.Series(d).std(ddof=1)) if len(d) >= 2 else math.nan
+                row["mde"] = min_detectable_difference(sd, len(d))
+                row["p"] = paired_pvalue(d, test)[0] if len(d) >= MIN_PAIRED else math.nan
+                block.append(row)
+            for row, ph in zip(block, holm([r["p"] for r in block])):
+                row["p_holm"] = ph
+            out.extend(block)
+    return pd.DataFrame(out)
+
+
+def contrasts_display(frame: pd.DataFrame, *, axes: list[str], metric: str,
+                      test: str = "sign-flip") -> tuple[list[str], list[list[str]]]:
+    """Header and text cells of a scenario's contrasts: axis values, the contrast, its paired
+    difference ± CI (n), the detectable difference at that n, the Holm-corrected p."""
+    title = column_format(metric).title
+    decimals = column_format(metric).decimals
+    header = [*axes, "contrast", f"{title}: a − b (paired, 95% CI)", "detectable at n",
+              f"p ({test_name(test)}, Holm over the contrasts)"]
+    body = []
+    for _, r in frame.iterrows():
+        mde = finite_float(r.get("mde"))
+        body.append([*(str(r[a]) for a in axes), str(r["contrast"]),
+                     format_difference(r.get(f"{metric}_diff"), r.get(f"{metric}_diff_ci95"),
+                                       int(r.get(f"{metric}_diff_n") or 0), metric),
+                     "n/a" if mde is None else f"{mde:.{decimals}f}", format_p(finite_float(r.get("p_holm")))])
+    return header, body
+
+
 # ----------------------------------------------------------------------------- the table people read
 
 
@@ -347,5 +415,14 @@ def maps_section(folder: Path) -> str:
             parts.append(f"<p><b>{e(scenario)}</b></p>"
                          f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
                          f"<tbody>{rows}</tbody></table></div>")
+            named = where / f"{scenario}-contrasts.csv"
+            if manifest.get("contrasts") and named.is_file():
+                frame = pd.read_csv(named, dtype={a: str for a in axes})
+                header, body = contrasts_display(frame, axes=axes, metric=metric, test=manifest.get("test", "sign-flip"))
+                head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
+                rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
+                parts.append(f"<p><b>{e(scenario)}: contrasts</b> ({e(', '.join(manifest['contrasts']))})</p>"
+                             f'<div class="wrap"><table class="sortable" id="{table_id}-contrasts"><thead><tr>{head}'
+                             f"</tr></thead><tbody>{rows}</tbody></table></div>")
     parts.append("</section>")
     return "\n".join(parts)
