@@ -443,7 +443,8 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
                                                          contrasts=pairs))
         paths["figure"] = maps.plot_map(pd.concat(frames, ignore_index=True), out / maps.FIGURE, axes=grid.axes,
                                         rows=labels, baseline=spec.baseline, metric=metric,
-                                        difference=figure == "difference", points=grid.points)
+                                        difference=figure == "difference", points=grid.points,
+                                        collapse=figure == "collapse")
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
@@ -457,6 +458,16 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
 
 
 def figure_caption(grid: Grid, figure: str) -> str:
+    if figure == "collapse":
+        rule = "a run collapses when its rolling training reward stays under half its phase peak until the phase ends"
+        if len(grid.axes) == 2:
+            return (f"Collapse rate (share of seeds; {rule}) per cell, {grid.axes[0]} across, {grid.axes[1]} up; "
+                    "one panel per scenario and row.")
+        if grid.axes:
+            panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 2 else "")
+            return (f"Collapse rate (share of seeds; {rule}) against {grid.axes[0]}: one line per row, one panel per "
+                    f"{panels}.")
+        return f"Collapse rate (share of seeds; {rule}), one panel per scenario."
     what = column_format(grid.spec.metric).title
     if figure == "difference":
         what += f" minus {grid.spec.baseline} at the same axis point, paired by seed"

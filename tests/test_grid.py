@@ -472,3 +472,16 @@ def test_named_contrasts_are_paired_differences_with_holm_over_the_contrasts():
     header, body = maps.contrasts_display(got, axes=["x"], metric="online_reward", test="t")
     assert header[-1] == "p (paired t, Holm over the contrasts)"
     assert body[0][:2] == ["0.5", "b − c"] and body[0][2].endswith("(n=4)")
+
+
+def test_the_collapse_figure_draws_the_share_of_seeds_that_collapsed(tmp_path):
+    """hand_table: row c collapses at seed 1 of 4 at both axis points, a and b never."""
+    agg = maps.aggregate(hand_table(), axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    assert list(maps.collapse_rate(agg)) == [0.0, 0.0, 0.25, 0.0, 0.0, 0.25]
+    unjudged = agg.assign(collapse_checked=0)
+    assert maps.collapse_rate(unjudged).isna().all()
+    value = maps.plot_map(agg, tmp_path / "value.png", axes=["x"], rows=["a", "b", "c"], baseline="a",
+                          metric="online_reward")
+    rate = maps.plot_map(agg, tmp_path / "collapse.png", axes=["x"], rows=["a", "b", "c"], baseline="a",
+                         metric="online_reward", collapse=True)
+    assert rate.stat().st_size > 10_000 and rate.read_bytes() != value.read_bytes()

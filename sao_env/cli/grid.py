@@ -14,7 +14,7 @@ from sao_env.errors import UserError
 
 console = Console(stderr=True)
 
-FIGURES = ("value", "difference")
+FIGURES = ("value", "difference", "collapse")
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def grid(
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process (default: the number of cores)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, replacing the grid's."),
     metric: Optional[str] = typer.Option(None, "--metric", help="The metric ranked, tested and drawn (default: the grid's, else online_reward)."),
-    figure: str = typer.Option("value", "--figure", help="What the figure draws: value (the metric) or difference (minus the baseline, paired by seed)."),
+    figure: str = typer.Option("value", "--figure", help="What the figure draws: value (the metric), difference (minus the baseline, paired by seed) or collapse (the share of seeds that collapsed)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help="Resume checkpoints of each run: every N updates (25u) or simulated seconds (600s)."),

@@ -249,8 +249,15 @@ def _numeric(values: list[str]) -> list[float] | None:
     return None if any(x is None for x in xs) else [float(x) for x in xs]
 
 
+def collapse_rate(agg: pd.DataFrame) -> pd.Series:
+    """Per cell of an aggregate, the share of the runs the collapse rule could judge that collapsed
+    (``collapses / collapse_checked``; NaN where none could be judged)."""
+    checked = pd.to_numeric(agg["collapse_checked"], errors="coerce")
+    return (pd.to_numeric(agg["collapses"], errors="coerce") / checked).where(checked > 0)
+
+
 def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str], baseline: str, metric: str,
-             difference: bool = False, points: list[tuple[str, ...]] | None = None) -> Path:
+             difference: bool = False, points: list[tuple[str, ...]] | None = None, collapse: bool = False) -> Path:
     """The grid's figure, one panel per scenario (and per value of any axis after the first two):
 
     - no axis: each row's mean with its 95 % interval as an error bar;
@@ -259,7 +266,8 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
     - two axes: a heatmap per scenario and row, the first axis across, the second down.
 
     ``difference`` draws each row's paired difference to the baseline instead of its mean (the
-    baseline row is left out; 0 marked).
+    baseline row is left out; 0 marked); ``collapse`` draws each cell's collapse rate (collapsed
+    runs over the runs the rule could judge; no band) on a 0-1 scale.
     """
     import matplotlib
 
@@ -269,6 +277,11 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
 
     value, half = (f"{metric}_diff", f"{metric}_diff_ci95") if difference else (metric, f"{metric}_ci95")
     title = column_format(metric).title + (f" − {baseline} (paired by seed)" if difference else "")
+    if collapse:
+        agg = agg.copy()
+        agg["collapse_rate"] = collapse_rate(agg)
+        agg["collapse_rate_ci95"] = math.nan
+        value, half, title, difference = "collapse_rate", "collapse_rate_ci95", "collapse rate (share of seeds)", False
     shown = [r for r in rows if not (difference and r == baseline)]
     scenarios = list(dict.fromkeys(agg["scenario"]))
     if points is None:
@@ -291,6 +304,8 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
         finite = [v for f in frames.values() for v in pd.to_numeric(f[value], errors="coerce") if math.isfinite(v)]
         span = max((abs(v) for v in finite), default=1.0) or 1.0
         vmin, vmax = (-span, span) if difference else (min(finite, default=0.0), max(finite, default=1.0))
+        if collapse:
+            vmin, vmax = 0.0, 1.0
         for ax, (s, r) in zip(grid.flat, panels):
             z = np.full((len(ys), len(xs)), np.nan)
             for _, cell in frames[(s, r)].iterrows():
@@ -328,11 +343,15 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
                     m = np.array([finite_float(by_x[v][value]) if v in by_x else None for v in labels], dtype=float)
                     h = np.array([finite_float(by_x[v][half]) if v in by_x else None for v in labels], dtype=float)
                     color = f"C{i % 10}"
-                    ax.plot(x, m, marker="o", color=color, lw=1.8, label=r)
+                    ax.plot(x, m, marker="osD^v<>ph*"[i % 10], color=color, lw=1.8, label=r, alpha=0.85)
                     if not np.all(np.isnan(h)):
                         ax.fill_between(x, m - h, m + h, color=color, alpha=0.15, lw=0)
                 if numeric is None:
                     ax.set_xticks(x, labels)
+                elif min(numeric) >= 0 and (positive := [v for v in numeric if v > 0]) and \
+                        max(positive) >= 8 * min(positive):  # values over a decade or more, 0 included: symlog
+                    ax.set_xscale("symlog", linthresh=min(positive))
+                    ax.set_xticks(numeric, labels)
                 ax.set_xlabel(axes[0])
             else:
                 for i, r in enumerate(shown):
@@ -348,12 +367,15 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
             ax.set_title(s + "".join(f", {k}={v}" for k, v in zip(rest, combo)), fontsize=9)
             ax.set_ylabel(title, fontsize=8)
             ax.grid(alpha=0.3)
+            if collapse:
+                ax.set_ylim(-0.05, 1.05)
         for ax in list(grid.flat)[len(panels):]:
             ax.axis("off")
         handles, names = grid.flat[0].get_legend_handles_labels()
         if axes and handles:
             fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
-                       title="line: mean over seeds\nband: 95% t-interval over seeds", title_fontsize=8)
+                       title="line: share of seeds that collapsed" if collapse else
+                       "line: mean over seeds\nband: 95% t-interval over seeds", title_fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
