@@ -485,3 +485,11 @@ def test_the_collapse_figure_draws_the_share_of_seeds_that_collapsed(tmp_path):
     rate = maps.plot_map(agg, tmp_path / "collapse.png", axes=["x"], rows=["a", "b", "c"], baseline="a",
                          metric="online_reward", collapse=True)
     assert rate.stat().st_size > 10_000 and rate.read_bytes() != value.read_bytes()
+
+
+def test_a_scenario_s_aggregate_leaves_out_the_other_scenario_s_phase_columns():
+    table = hand_table()
+    table["final_accuracy/1_v1"] = float("nan")  # a column that only another scenario's runs fill
+    agg = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    assert "final_accuracy/1_v1" not in agg.columns and "auc" in agg.columns and "auc_diff" in agg.columns
+    assert maps.metric_names(table, ["x"]) == ["online_reward", "auc"]

@@ -46,9 +46,11 @@ ID_COLUMNS = ("scenario", "row", "agent", "overrides", "seed", "config_hash", "c
 
 
 def metric_names(per_seed: pd.DataFrame, axes: list[str]) -> list[str]:
-    """The numeric metric columns of a per-seed table, in its order."""
+    """The numeric metric columns of a per-seed table that hold a number in at least one row, in its
+    order (a grid over several scenarios leaves one scenario's phase columns empty in another's rows)."""
     skip = set(ID_COLUMNS) | set(axes)
-    return [c for c in per_seed.columns if c not in skip and pd.api.types.is_numeric_dtype(per_seed[c])]
+    return [c for c in per_seed.columns if c not in skip and pd.api.types.is_numeric_dtype(per_seed[c])
+            and per_seed[c].notna().any()]
 
 
 def _values(runs: pd.DataFrame, metric: str) -> dict[int, float | None]:
