@@ -235,6 +235,13 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
         "1,1e-4,agent.hparams.lr=1e-4,env.phases.0.duration_h=0.1,1,h1,c,r,auc,0.5\n"
         "2,2e-4,agent.hparams.lr=2e-4,env.phases.0.duration_h=0.1,0,h2,c,r,auc,0.6\n"
         "2,2e-4,agent.hparams.lr=2e-4,env.phases.0.duration_h=0.1,1,h2,c,r,auc,0.6\n")
+    ablations = board / "ablations"  # a grid's outputs: listed with its size, test and tables
+    ablations.mkdir()
+    (ablations / "grid.json").write_text(json.dumps({
+        "title": "Ablations", "scenarios": ["style-drift", "other-drift"], "rows": [{"label": "sao"}, {"label": "k1"}],
+        "axis_values": {"x": ["0", "1", "2"]}, "seeds": [0, 1, 2, 3], "baseline": "sao", "test": "t"}))  # no metric
+    (ablations / "README.md").write_text("reading\n")
+    (ablations / "style-drift.md").write_text("table\n")
     (board / "README.md").unlink()
     assert main(["leaderboard", "--summary", str(board)]) == 0
     capsys.readouterr()
@@ -259,9 +266,12 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
     # Tuning: trial 2 wins (0.6 against 0.4), two trials x two seeds on the stated cut.
     assert ("| [style-drift-sao](tuning/style-drift-sao.md) | 2 x 2 | `env.phases.0.duration_h=0.1` | auc | "
             "`agent.hparams.lr=2e-4` | 0.600 ± 0.000 |") in text
-    # Written again with the scenario's tables.
+    assert ("| [Ablations](ablations/README.md) | 2 x 3 x 4 | sao | t | [style-drift](ablations/style-drift.md) |"
+            in text)  # other-drift's table is not there yet: not linked
+    # Written again with the scenario's tables; the site names the grid.json it cannot use.
     write_scenario_outputs(runs, board, "style-drift")
     assert (board / "README.md").read_text() == text
+    assert "ablations: grid.json lacks metric." in (board / "index.html").read_text()
     assert main(["leaderboard", "--summary", str(tmp_path / "nowhere")]) == 2
     assert main(["leaderboard"]) == 2
     err = capsys.readouterr().err
@@ -366,6 +376,7 @@ def test_the_page_is_self_contained_and_states_everything(site):
                  "band: 95% t-interval over seeds (not min-max)", "docs/leaderboard.md", "a" * 12,
                  "not recorded by the input table"):
         assert fact in text, fact
+    assert f"runs made by code <code>{'a' * 12}</code>" in text and "page written by code <code>" in text
     drift = page.tables["table-style-drift"]
     assert [row[1] for row in drift[1:]] == ["sao (agent.hparams.lr=3e-5)", "sao", "grpo"]
     assert drift[2][3] == "0.600 ± 0.248" and drift[2][2] == "3 (0, 1, 2)"

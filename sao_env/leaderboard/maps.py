@@ -411,6 +411,10 @@ def maps_section(folder: Path) -> str:
         except (OSError, ValueError):
             parts.append(f'<p class="note">{e(where.name)}: {MANIFEST} unreadable.</p>')
             continue
+        missing = [k for k in ("baseline", "metric") if k not in manifest]
+        if missing:
+            parts.append(f'<p class="note">{e(where.name)}: {MANIFEST} lacks {e(", ".join(missing))}.</p>')
+            continue
         axes, baseline, metric = manifest.get("axes", []), manifest["baseline"], manifest["metric"]
         parts.append(f'<h3 id="map-{e(where.name)}">{e(manifest.get("title") or where.name)}</h3>')
         facts = [("folder", f"{where.name}/"), ("rows", ", ".join(r["label"] for r in manifest.get("rows", []))),

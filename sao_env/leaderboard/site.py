@@ -160,9 +160,10 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         "the same simulated-time budget and rollout slots. Headline: online reward, the mean reward an online "
         "learner earns, with its 95% interval over seeds; then how fast each recipe recovers after every drift. "
         "Ranks are ties unless a paired test over seeds supports the order.</p>",
-        f'<p class="muted">Generated on {date.today().isoformat()} by {_inline_code(generator)} · code version '
-        f"<code>{e(code_key(code_version()))}</code> · {len(boards)} scenario{'s' if len(boards) != 1 else ''}"
-        f"{bench_words}</p>",
+        f'<p class="muted">Generated on {date.today().isoformat()} by {_inline_code(generator)} · page written by '
+        f"code <code>{e(code_key(code_version()))}</code> · runs made by code "
+        f"{', '.join(f'<code>{e(v)}</code>' for v in _run_versions(boards)) or '?'} · "
+        f"{len(boards)} scenario{'s' if len(boards) != 1 else ''}{bench_words}</p>",
         f"<nav>{' '.join(nav)}</nav></header>",
         _summary(ranked, apart),
         *[_scenario(b, folder) for b in boards],
@@ -174,6 +175,12 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         f"<script>{SCRIPT}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def _run_versions(boards: list[ScenarioBoard]) -> list[str]:
+    """The code versions that made the boards' runs (their ``code_version`` cells), sorted."""
+    return sorted({v for b in boards for cell in b.frame["code_version"].astype(str) for v in cell.split(", ")
+                   if v and v != "nan"})
 
 
 def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> str:

@@ -10,7 +10,8 @@ the number of seeds and the rank the seeds support within the scenario (``stats.
 minus the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); the collapses.
 Boards at another budget (cuts, and rows of another budget inside a board) are listed apart,
 ranked only among themselves. Then links to each scenario's page and per-seed table, the tuning
-tables under ``tuning/`` (``sao_env.sweep``) with their sweep size, cut and winning trial, and the
+tables under ``tuning/`` (``sao_env.sweep``) with their sweep size, cut and winning trial, the grids
+(``*/grid.json``, ``tuning/*/grid.json``: ``sao_env.grid``) with their size, test and tables, and the
 stability pages (``stability*.md``).
 
 It is written by ``sao-env leaderboard --summary DIR`` and again whenever a scenario's tables
@@ -281,6 +282,37 @@ def tuning_lines(folder: Path) -> list[str]:
     return lines + [""]
 
 
+def grid_lines(folder: Path) -> list[str]:
+    """Markdown lines: every grid's outputs under ``folder`` (``*/grid.json``, and ``tuning/*/grid.json``
+    for the tuning grids) with its title, size, test and links to its tables and its written reading."""
+    import json
+
+    found = sorted(Path(folder).glob("*/grid.json")) + sorted(Path(folder).glob("tuning/*/grid.json"))
+    if not found:
+        return []
+    lines = ["## Grids", "", "Grids of whole experiments (`sao-env grid`), each paired by seed with its baseline row; "
+             "the site's \"Maps\" section shows those directly under this folder.", "",
+             "| grid | rows x points x seeds | baseline | test | tables |", "|---|---|---|---|---|"]
+    for manifest_path in found:
+        where = manifest_path.parent
+        rel = where.relative_to(folder).as_posix()
+        try:
+            m = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            lines.append(f"| `{rel}/` | grid.json unreadable | | | |")
+            continue
+        points = 1
+        for values in (m.get("axis_values") or {}).values():
+            points *= len(values)
+        title = m.get("title") or rel
+        if (where / "README.md").is_file():
+            title = f"[{title}]({rel}/README.md)"
+        tables = ", ".join(f"[{s}]({rel}/{s}.md)" for s in m.get("scenarios", []) if (where / f"{s}.md").is_file())
+        lines.append(f"| {title} | {len(m.get('rows', []))} x {points} x {len(m.get('seeds', []))} | {m.get('baseline')} | "
+                     f"{m.get('test', 'sign-flip')} | {tables or 'not made yet'} |")
+    return lines + [""]
+
+
 def summary_markdown(folder: Path) -> str:
     """The whole README.md of a leaderboard folder (see the module doc)."""
     boards = per_seed_boards(folder)
@@ -300,6 +332,7 @@ def summary_markdown(folder: Path) -> str:
     lines += apart_lines(apart)
     lines += scenario_lines(boards)
     lines += tuning_lines(folder)
+    lines += grid_lines(folder)
     stability = sorted(p.name for p in Path(folder).glob("stability*.md"))
     if stability:
         lines += ["## Stability", ""] + [f"- [{name}]({name}): long runs (>= 1,000 learner updates) and the verdict "
