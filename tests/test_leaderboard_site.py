@@ -242,6 +242,7 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
         "axis_values": {"x": ["0", "1", "2"]}, "seeds": [0, 1, 2, 3], "baseline": "sao", "test": "t"}))  # no metric
     (ablations / "README.md").write_text("reading\n")
     (ablations / "style-drift.md").write_text("table\n")
+    (tuning / "README.md").write_text("verdicts\n")
     (board / "README.md").unlink()
     assert main(["leaderboard", "--summary", str(board)]) == 0
     capsys.readouterr()
@@ -266,6 +267,7 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
     # Tuning: trial 2 wins (0.6 against 0.4), two trials x two seeds on the stated cut.
     assert ("| [style-drift-sao](tuning/style-drift-sao.md) | 2 x 2 | `env.phases.0.duration_h=0.1` | auc | "
             "`agent.hparams.lr=2e-4` | 0.600 ± 0.000 |") in text
+    assert "[tuning/README.md](tuning/README.md)" in text
     assert ("| [Ablations](ablations/README.md) | 2 x 3 x 4 | sao | t | [style-drift](ablations/style-drift.md) |"
             in text)  # other-drift's table is not there yet: not linked
     # Written again with the scenario's tables; the site names the grid.json it cannot use.

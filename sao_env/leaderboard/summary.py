@@ -279,6 +279,9 @@ def tuning_lines(folder: Path) -> list[str]:
         half = "" if pd.isna(best["ci95"]) else f" ± {best['ci95']:.3f}"
         lines.append(f"| [{path.stem}](tuning/{path.stem}.md) | {table['trial'].nunique()} x {table['seed'].nunique()} | "
                      f"`{cut or 'none'}` | {objective} | `{best['overrides']}` | {best['mean']:.3f}{half} |")
+    if (Path(folder) / "tuning" / "README.md").is_file():
+        lines += ["", "Whether each winner is supported against its neighbours, with more seeds: "
+                  "[tuning/README.md](tuning/README.md)."]
     return lines + [""]
 
 
