@@ -15,7 +15,8 @@ when finished with the same configuration and code), then writes into ``--out``:
 The numbers per run: learner updates and episodes per update; training reward over the first 100
 updates and the last 200 of each phase; online reward and AUC; entropy at the start, its lowest
 rolling mean and at the end; grad-norm median, 99th percentile, maximum and the updates above
-``SPIKE``; steps skipped as non-finite; the off-policy diagnostics of docs/metrics.md
+``SPIKE``; steps skipped as non-finite; updates whose gradient is exactly zero (every advantage 0,
+as when every GRPO group's rewards are equal) and their longest stretch; the off-policy diagnostics of docs/metrics.md
 (``actor/masked_fraction``, ``actor/ess_token_frac``, ``actor/kl_k3``, ``actor/logp_gap``, the
 staleness histogram ``async/staleness_frac_*``); held-out accuracy at the end of each phase; and two
 collapse verdicts: the leaderboards' rule (``sao_env.evaluation.collapse``: the 64-episode rolling
@@ -67,6 +68,15 @@ def _series(updates: pd.DataFrame, key: str) -> pd.Series:
     return pd.to_numeric(updates[key], errors="coerce").dropna()
 
 
+def _longest_run(flags: pd.Series) -> int:
+    """The longest stretch of consecutive True values (0 for none)."""
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
+
+
 def verdict_numbers(run_dir: Path, window: int) -> dict:
     """The numbers of one run (see the module doc), flat: one scalar per key."""
     updates = load_updates(run_dir)
@@ -90,6 +100,7 @@ def verdict_numbers(run_dir: Path, window: int) -> dict:
         "grad_norm_median": float(grad.median()), "grad_norm_p99": float(grad.quantile(0.99)),
         "grad_norm_max": float(grad.max()), "grad_spikes": int((grad > SPIKE).sum()),
         "skipped_nonfinite": int(_series(updates, "actor/skipped_nonfinite").sum()),
+        "zero_grad_updates": int((grad == 0).sum()), "zero_grad_longest": _longest_run(grad == 0),
     }
     masked, ess = _series(updates, "actor/masked_fraction"), _series(updates, "actor/ess_token_frac")
     kl, gap = _series(updates, "actor/kl_k3"), _series(updates, "actor/logp_gap")
@@ -127,6 +138,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("actor grad-norm, max", "grad_norm_max", ".2f"),
     (f"updates with grad-norm above {SPIKE:g}", "grad_spikes", ".1f"),
     ("steps skipped as non-finite", "skipped_nonfinite", ".1f"),
+    ("updates with a zero gradient (every advantage 0: no learning signal)", "zero_grad_updates", ".1f"),
+    ("longest stretch of zero-gradient updates", "zero_grad_longest", ".1f"),
     ("share of tokens clipped/masked by the loss, mean over updates", "masked_fraction_mean", ".4f"),
     ("share clipped/masked, largest update", "masked_fraction_max", ".3f"),
     ("ESS of the token ratios / N, mean", "ess_token_frac_mean", ".4f"),

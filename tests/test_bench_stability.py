@@ -36,6 +36,9 @@ def test_verdict_numbers_are_the_runs_logs(bench, shrunk_run):
     assert numbers["masked_fraction_mean"] == pytest.approx(sum(r["actor/masked_fraction"] for r in stepped) / len(stepped))
     assert numbers["ess_token_frac_min"] == min(r["actor/ess_token_frac"] for r in stepped)
     assert numbers["grad_spikes"] == sum(r["actor/grad_norm"] > bench.SPIKE for r in stepped)
+    assert numbers["zero_grad_updates"] == sum(r["actor/grad_norm"] == 0 for r in stepped)
+    assert bench._longest_run(pd.Series([False, True, True, False, True, True, True, False])) == 3
+    assert bench._longest_run(pd.Series([False, False])) == 0
     shares = [numbers[f"staleness_share_{b}"] for b in bench.STALENESS_BINS]
     assert math.fsum(shares) == pytest.approx(1.0)
     assert numbers["staleness_share_0"] == pytest.approx(
