@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.evaluation.stats import mean_ci95, paired_difference
-from sao_env.leaderboard.stats import format_rank, holm, min_detectable_difference, pairwise, rank_ranges
+from sao_env.leaderboard.stats import format_rank, holm, pairwise, rank_ranges
 from sao_env.leaderboard.tables import column_format, finite_float, format_cell, format_difference, format_p
 
 MANIFEST = "grid.json"
@@ -63,6 +63,24 @@ def _key(value: Any) -> str:
     return f"{x:g}" if x is not None else str(value)
 
 
+def _cells(per_seed: pd.DataFrame, axes: list[str], points: list[tuple[str, ...]] | None):
+    """``(scenario, axis point, its per-seed rows)`` in table order, the axis values as text keys;
+    ``points`` orders the axis points (default: as first met in the table)."""
+    table = per_seed.copy()
+    for a in axes:
+        table[a] = table[a].map(_key)
+    if points is None:
+        points = list(dict.fromkeys(tuple(r) for r in table[axes].itertuples(index=False, name=None))) if axes else [()]
+    points = [tuple(_key(v) for v in p) for p in points]
+    for scenario in dict.fromkeys(table["scenario"]):
+        mine = table[table["scenario"] == scenario]
+        for point in points:
+            at = mine
+            for a, v in zip(axes, point):
+                at = at[at[a] == v]
+            yield scenario, point, at
+
+
 def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], baseline: str, metric: str,
               points: list[tuple[str, ...]] | None = None, test: str = "sign-flip") -> pd.DataFrame:
     """One row per (scenario, axis point, row) in grid order: the module doc's statistics.
@@ -77,59 +95,48 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
     only: the family an ablation asks about), ``rank``, ``rank_low``,
     ``rank_high`` and ``rank_text``.
     """
-    table = per_seed.copy()
-    for a in axes:
-        table[a] = table[a].map(_key)
     metrics = metric_names(per_seed, axes)
     better = column_format(metric).higher_is_better
-    if points is None:
-        points = list(dict.fromkeys(tuple(r) for r in table[axes].itertuples(index=False, name=None))) if axes else [()]
-    points = [tuple(_key(v) for v in p) for p in points]
     out = []
-    for scenario in dict.fromkeys(table["scenario"]):
-        mine = table[table["scenario"] == scenario]
-        for point in points:
-            at = mine
-            for a, v in zip(axes, point):
-                at = at[at[a] == v]
-            labels = [r for r in rows if (at["row"] == r).any()]
-            runs = {r: at[at["row"] == r].sort_values("seed") for r in labels}
-            comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
-                                   higher_is_better=better is not False, test=test) if metric in at else []
-            ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
-            versus = [c for c in comparisons if baseline in (c.a, c.b)]
-            p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
-            means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
-                                   for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
-            order = sorted(labels, key=lambda r: (math.isnan(means[r]), -means[r] if better is not False else means[r]))
-            for label in labels:
-                mine_runs = runs[label]
-                first = mine_runs.iloc[0]
-                row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)), "row": label,
-                                       "agent": first.get("agent"), "overrides": first.get("overrides"),
-                                       "config_hash": ", ".join(sorted(set(mine_runs["config_hash"].astype(str)))),
-                                       "n": len(mine_runs), "seeds": ", ".join(str(int(s)) for s in mine_runs["seed"])}
-                verdicts = [finite_float(v) for v in mine_runs["collapsed"]] if "collapsed" in mine_runs else []
-                row["collapses"] = sum(1 for v in verdicts if v)
-                row["collapse_checked"] = sum(1 for v in verdicts if v is not None)
-                base = runs.get(baseline)
-                for m in metrics:
-                    values = [finite_float(v) for v in mine_runs[m]]
-                    row[m], row[f"{m}_ci95"] = mean_ci95([math.nan if v is None else v for v in values])
-                    if base is not None and label != baseline:
-                        row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
-                            _values(mine_runs, m), _values(base, m))
-                    else:
-                        row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = math.nan, math.nan, 0
-                row["mde"], row["p"], row["p_holm"] = math.nan, math.nan, math.nan
-                row["p_holm_baseline"] = p_versus.get(label, math.nan)
-                for c in comparisons:
-                    if {c.a, c.b} == {label, baseline} and label != baseline:
-                        row["mde"], row["p"], row["p_holm"] = c.mde, c.p, c.p_holm
-                row["rank"] = order.index(label) + 1
-                row["rank_low"], row["rank_high"] = ranges[label]
-                row["rank_text"] = format_rank(*ranges[label])
-                out.append(row)
+    for scenario, point, at in _cells(per_seed, axes, points):
+        labels = [r for r in rows if (at["row"] == r).any()]
+        runs = {r: at[at["row"] == r].sort_values("seed") for r in labels}
+        comparisons = pairwise({r: _values(runs[r], metric) for r in labels},
+                               higher_is_better=better is not False, test=test) if metric in at else []
+        ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
+        versus = [c for c in comparisons if baseline in (c.a, c.b)]
+        p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
+        means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
+                               for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
+        order = sorted(labels, key=lambda r: (math.isnan(means[r]), -means[r] if better is not False else means[r]))
+        for label in labels:
+            mine_runs = runs[label]
+            first = mine_runs.iloc[0]
+            row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)), "row": label,
+                                   "agent": first.get("agent"), "overrides": first.get("overrides"),
+                                   "config_hash": ", ".join(sorted(set(mine_runs["config_hash"].astype(str)))),
+                                   "n": len(mine_runs), "seeds": ", ".join(str(int(s)) for s in mine_runs["seed"])}
+            verdicts = [finite_float(v) for v in mine_runs["collapsed"]] if "collapsed" in mine_runs else []
+            row["collapses"] = sum(1 for v in verdicts if v)
+            row["collapse_checked"] = sum(1 for v in verdicts if v is not None)
+            base = runs.get(baseline)
+            for m in metrics:
+                values = [finite_float(v) for v in mine_runs[m]]
+                row[m], row[f"{m}_ci95"] = mean_ci95([math.nan if v is None else v for v in values])
+                if base is not None and label != baseline:
+                    row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
+                        _values(mine_runs, m), _values(base, m))
+                else:
+                    row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = math.nan, math.nan, 0
+            row["mde"], row["p"], row["p_holm"] = math.nan, math.nan, math.nan
+            row["p_holm_baseline"] = p_versus.get(label, math.nan)
+            for c in comparisons:
+                if {c.a, c.b} == {label, baseline} and label != baseline:
+                    row["mde"], row["p"], row["p_holm"] = c.mde, c.p, c.p_holm
+            row["rank"] = order.index(label) + 1
+            row["rank_low"], row["rank_high"] = ranges[label]
+            row["rank_text"] = format_rank(*ranges[label])
+            out.append(row)
     return pd.DataFrame(out)
 
 
@@ -144,42 +151,25 @@ def contrasts(per_seed: pd.DataFrame, *, axes: list[str], pairs: list[tuple[str,
     difference at that n), ``p`` (``test``) and ``p_holm`` (Holm over the contrasts at the axis point).
     A pair whose rows share fewer than two seeds gets NaN tests.
     """
-    from sao_env.leaderboard.stats import MIN_PAIRED, paired_pvalue
-
-    table = per_seed.copy()
-    for a in axes:
-        table[a] = table[a].map(_key)
     metrics = metric_names(per_seed, axes)
-    if points is None:
-        points = list(dict.fromkeys(tuple(r) for r in table[axes].itertuples(index=False, name=None))) if axes else [()]
-    points = [tuple(_key(v) for v in p) for p in points]
     out = []
-    for scenario in dict.fromkeys(table["scenario"]):
-        mine = table[table["scenario"] == scenario]
-        for point in points:
-            at = mine
-            for a, v in zip(axes, point):
-                at = at[at[a] == v]
-            block = []
-            for a_label, b_label in pairs:
-                ra, rb = at[at["row"] == a_label], at[at["row"] == b_label]
-                if ra.empty or rb.empty:
-                    continue
-                row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)),
-                                       "contrast": f"{a_label} − {b_label}", "a": a_label, "b": b_label}
-                for m in metrics:
-                    row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
-                        _values(ra, m), _values(rb, m))
-                va, vb = _values(ra, metric), _values(rb, metric)
-                d = [float(va[k]) - float(vb[k]) for k in sorted(set(va) & set(vb), key=str)
-                     if finite_float(va[k]) is not None and finite_float(vb[k]) is not None]
-                sd = float(pd.Series(d).std(ddof=1)) if len(d) >= 2 else math.nan
-                row["mde"] = min_detectable_difference(sd, len(d))
-                row["p"] = paired_pvalue(d, test)[0] if len(d) >= MIN_PAIRED else math.nan
-                block.append(row)
-            for row, ph in zip(block, holm([r["p"] for r in block])):
-                row["p_holm"] = ph
-            out.extend(block)
+    for scenario, point, at in _cells(per_seed, axes, points):
+        block = []
+        for a_label, b_label in pairs:
+            ra, rb = at[at["row"] == a_label], at[at["row"] == b_label]
+            if ra.empty or rb.empty:
+                continue
+            row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)),
+                                   "contrast": f"{a_label} − {b_label}", "a": a_label, "b": b_label}
+            for m in metrics:
+                row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
+                    _values(ra, m), _values(rb, m))
+            (c,) = pairwise({a_label: _values(ra, metric), b_label: _values(rb, metric)}, test=test)
+            row["mde"], row["p"] = c.mde, c.p
+            block.append(row)
+        for row, ph in zip(block, holm([r["p"] for r in block])):
+            row["p_holm"] = ph
+        out.extend(block)
     return pd.DataFrame(out)
 
 
