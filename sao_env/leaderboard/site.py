@@ -30,7 +30,8 @@ import pandas as pd
 
 from sao_env.leaderboard import tables
 from sao_env.provenance import code_key, code_version
-from sao_env.leaderboard.tables import SORT_KEY, UNKNOWN, ScenarioBoard, column_format, finite_float, format_cell
+from sao_env.leaderboard.tables import (SORT_KEY, UNKNOWN, ScenarioBoard, code_versions, column_format, finite_float,
+                                       format_cell)
 
 RULE = [
     "<b>Same budget.</b> Every recipe runs the same scenario file for the same simulated duration on the same "
@@ -162,7 +163,7 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         "Ranks are ties unless a paired test over seeds supports the order.</p>",
         f'<p class="muted">Generated on {date.today().isoformat()} by {_inline_code(generator)} · page written by '
         f"code <code>{e(code_key(code_version()))}</code> · runs made by code "
-        f"{', '.join(f'<code>{e(v)}</code>' for v in _run_versions(boards)) or '?'} · "
+        f"{', '.join(f'<code>{e(v)}</code>' for v in code_versions(boards)) or '?'} · "
         f"{len(boards)} scenario{'s' if len(boards) != 1 else ''}{bench_words}</p>",
         f"<nav>{' '.join(nav)}</nav></header>",
         _summary(ranked, apart),
@@ -175,12 +176,6 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         f"<script>{SCRIPT}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
-
-
-def _run_versions(boards: list[ScenarioBoard]) -> list[str]:
-    """The code versions that made the boards' runs (their ``code_version`` cells), sorted."""
-    return sorted({v for b in boards for cell in b.frame["code_version"].astype(str) for v in cell.split(", ")
-                   if v and v != "nan"})
 
 
 def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> str:

@@ -297,6 +297,12 @@ def distinct_labels(records: list[dict]) -> None:
 
 
 @dataclass
+def code_versions(boards: list["ScenarioBoard"]) -> list[str]:
+    """The code versions that made the boards' runs (each row's ``code_version`` cell lists them), sorted."""
+    return sorted({v for b in boards for cell in b.frame["code_version"].astype(str) for v in cell.split(", ")
+                   if v and v != "nan"})
+
+
 class ScenarioBoard:
     """Everything the outputs of one scenario are made from."""
 
@@ -543,7 +549,7 @@ def header_facts(board: ScenarioBoard, generator: str) -> list[tuple[str, str]]:
     drift_times = f.get("drift_times_h")
     drifts = "no drift" if drift_times in (None, "") else f"drifts at {str(drift_times).replace(';', ', ')} h"
     phases = str(f.get("phases", UNKNOWN)).replace(";", " → ")
-    versions = sorted({v for cell in board.frame["code_version"].astype(str) for v in cell.split(", ") if v})
+    versions = code_versions([board])
     return [
         ("budget", budget_words(f)),
         ("phases", f"{phases} ({drifts})"),
