@@ -296,13 +296,13 @@ def distinct_labels(records: list[dict]) -> None:
 # ----------------------------------------------------------------------------- one scenario
 
 
-@dataclass
 def code_versions(boards: list["ScenarioBoard"]) -> list[str]:
     """The code versions that made the boards' runs (each row's ``code_version`` cell lists them), sorted."""
     return sorted({v for b in boards for cell in b.frame["code_version"].astype(str) for v in cell.split(", ")
                    if v and v != "nan"})
 
 
+@dataclass
 class ScenarioBoard:
     """Everything the outputs of one scenario are made from."""
 
