@@ -356,13 +356,14 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
                 ax.set_xticks(range(len(shown)), shown, rotation=60, ha="right", fontsize=7)
             if difference:
                 ax.axhline(0.0, color="0.4", lw=1, ls="--")
-            ax.set_title(s + "".join(f", {k}={v}" for k, v in zip(rest, combo)), fontsize=9)
+            ax.set_title("\n".join([s, *(f"{k}={v}" for k, v in zip(rest, combo))]), fontsize=9)
             ax.set_ylabel(title, fontsize=8)
             ax.grid(alpha=0.3)
             if collapse:
                 ax.set_ylim(-0.05, 1.05)
         for ax in list(grid.flat)[len(panels):]:
             ax.axis("off")
+        fig.subplots_adjust(hspace=0.45 + 0.12 * len(rest), wspace=0.3)  # room for one title line per other axis
         handles, names = grid.flat[0].get_legend_handles_labels()
         if axes and handles:
             fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False,
