@@ -34,7 +34,11 @@ Outputs (``write_grid``), into a folder of their own:
   (``sao_env.leaderboard.maps.aggregate``);
 - ``<scenario>.md``: the grid, the cut, the seeds, n, the command that reproduces it and the table;
 - ``map.png``: the figure (``maps.plot_map``); ``grid.json``: what the site reads (``maps_section``);
-  ``grid.log``: the progress lines of the command that made them.
+  ``grid.log``: the progress lines of the command that made them;
+- ``finished.jsonl``: the ledger (``Ledger``), one line per finished run, written as each run ends.
+  Run directories live on the machine that made them; the ledger travels with the tables, so a
+  grid that spans machines or checkouts is committed with its ledger, and the command run again
+  elsewhere reuses every run the ledger lists with the same configuration and code.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import shlex
 import time
 from dataclasses import dataclass
@@ -57,7 +62,7 @@ from sao_env.errors import UserError
 from sao_env.experiment import plan_run, reuse_check, run_many
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.tables import column_format, metric_columns, run_record
-from sao_env.provenance import code_version
+from sao_env.provenance import code_key, code_version
 
 DEFAULT_METRIC = "online_reward"
 
@@ -279,23 +284,126 @@ class GridReport:
     made: list[GridRun]
 
 
+LEDGER = "finished.jsonl"
+
+
+class Ledger:
+    """A grid's ledger, ``<out>/finished.jsonl``: one JSON line per finished run, appended when the run
+    ends, holding its configuration hash (``RunPlan.config_hash``, the seed included), its code key
+    (``provenance.code_key``) and its per-seed row (``run_row``: the identity columns and every number
+    of its ``summary.json``; JSON keeps each float's exact value).
+
+    A run directory stays on the machine that made it; the ledger goes where the tables go. A grid
+    run again where its run directories are gone (another checkout, another machine) reuses every
+    run listed with the same configuration hash and code key, and its tables are the bytes the run
+    directories would give. Lines are only ever added: a line of other code stays, unused. A last
+    line without its newline is a write cut short by a kill; it names no run and the next line
+    replaces it. Any other line that is not a run's record is refused (one line naming it)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._entries: dict[tuple[str, str], dict] = {}
+        self._torn = 0
+        if self.path.is_file():
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UserError(f"{self.path}: cannot read the grid's ledger ({getattr(err, 'strerror', None) or err})") from None
+        lines = text.split("\n")
+        if lines[-1]:
+            self._torn = len(lines[-1].encode())
+        for number, line in enumerate(lines[:-1], 1):
+            try:
+                entry = json.loads(line)
+                key = (entry["config_hash"], entry["code"])
+                complete = isinstance(entry["row"], dict) and isinstance(entry["numbers"], dict)
+            except (ValueError, KeyError, TypeError):
+                complete = False
+            if not complete:
+                raise UserError(f"{self.path}:{number}: not a finished run's record (a JSON object with config_hash, "
+                                "code, row and numbers); the ledger is only written by sao-env grid")
+            self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, plan: Any, code: str | None = None) -> dict | None:
+        """The record of ``plan``'s run made by code ``code`` (a code key), or with ``code`` None the
+        last one recorded for that configuration; None where there is none."""
+        if code is not None:
+            return self._entries.get((plan.config_hash, code))
+        found = [e for (h, _), e in self._entries.items() if h == plan.config_hash]
+        return found[-1] if found else None
+
+    def add(self, run: "GridRun", code: str) -> None:
+        """Record ``run``, finished (its run directory holds ``summary.json``), as made by code ``code``."""
+        row, numbers = run_row(run)
+        entry = {"config_hash": run.plan.config_hash, "code": code, "row": row, "numbers": numbers}
+        line = json.dumps(entry, sort_keys=False) + "\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("r+b" if self.path.exists() else "wb") as f:
+                end = f.seek(0, 2)
+                if self._torn and end >= self._torn:
+                    f.truncate(end - self._torn)
+                    f.seek(end - self._torn)
+                self._torn = 0
+                f.write(line.encode())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise UserError(f"cannot write {err.filename or self.path}: {err.strerror or err}") from None
+        self._entries[(entry["config_hash"], code)] = entry
+
+
+def reuse_decision(run: GridRun, code: dict, ledger: Ledger | None = None,
+                   skip_existing: bool = True) -> tuple[str | None, str]:
+    """``(source, why)``: ``"run dir"`` where the run finished there with the same configuration and
+    code (``reuse_check``), else ``"ledger"`` where the ledger lists it with the same, else None (make
+    or resume it), with the reason in words."""
+    if not skip_existing:
+        return None, "rerun asked"
+    reuse, why = reuse_check(run.plan, code)
+    if reuse:
+        return "run dir", why
+    if ledger is not None and ledger.get(run.plan, code_key(code)) is not None:
+        return "ledger", f"listed in {ledger.path.name} with the same configuration and code ({code_key(code)})"
+    return None, why
+
+
 def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existing: bool = True,
              report: Callable[[str], None] = lambda line: None,
              on_done: Callable[[GridRun, dict, float], None] | None = None,
-             checkpoint_every: Any = None) -> GridReport:
-    """Reuse every finished run of the same configuration and code, make (or resume) the others in
-    ``jobs`` worker processes, and say so: one ``report`` line for the reused runs, then one per
-    finished run (``[i/N]``, the metric and the elapsed time); ``on_done(run, summary, seconds)``
-    after each. A summary without the grid's metric stops the grid (a UserError) at once."""
+             checkpoint_every: Any = None, ledger: Ledger | None = None) -> GridReport:
+    """Reuse every finished run of the same configuration and code (its run directory, else the
+    ``ledger``'s record of it), make (or resume) the others in ``jobs`` worker processes, and say so:
+    one ``report`` line for the reused runs, then one per finished run (``[i/N]``, the metric and the
+    elapsed time); ``on_done(run, summary, seconds)`` after each. With a ledger, every run reused from
+    its directory and every run made is recorded in it (when it ends). A summary without the grid's
+    metric stops the grid (a UserError) at once."""
     code = code or code_version()
+    key = code_key(code)
     metric = grid.spec.metric
-    todo, reused = [], []
+    todo, reused, listed = [], [], 0
     for run in grid.runs:
-        reuse, why = reuse_check(run.plan, code) if skip_existing else (False, "rerun asked")
-        (reused if reuse else todo).append(run)
+        source, _ = reuse_decision(run, code, ledger, skip_existing)
+        if source is None:
+            todo.append(run)
+            continue
+        reused.append(run)
+        if source == "ledger":
+            listed += 1
+        elif ledger is not None and ledger.get(run.plan, key) is None:
+            ledger.add(run, key)
     if reused:
-        _check_metric(metric, json.loads((reused[0].plan.out / "summary.json").read_text()))
-        report(f"reusing {len(reused)} of {len(grid.runs)} runs (finished with the same configuration and code)")
+        first = ledger.get(reused[0].plan, key) if ledger is not None else None
+        _check_metric(metric, first["numbers"] if first is not None else
+                      json.loads((reused[0].plan.out / "summary.json").read_text()))
+        report(f"reusing {len(reused)} of {len(grid.runs)} runs (finished with the same configuration and code)"
+               + (f"; {listed} of them from {ledger.path}, their run directories absent" if listed else ""))
     by_out = {run.plan.out: run for run in todo}
     made: list[GridRun] = []
     start = time.perf_counter()
@@ -308,6 +416,8 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
         shown = f"{value:.3f}" if isinstance(value, (int, float)) else "n/a"
         report(f"[{len(made)}/{len(todo)}] {run.describe(grid.axes)}: {metric} {shown}; {seconds:.0f} s, "
                f"elapsed {_clock(time.perf_counter() - start)}  {plan.out}")
+        if ledger is not None:
+            ledger.add(run, key)
         if on_done is not None:
             on_done(run, summary, seconds)
 
@@ -332,21 +442,37 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-def grid_table(grid: Grid) -> pd.DataFrame:
-    """The per-seed table (module doc) from the runs' ``summary.json`` and run directories."""
+def run_row(run: GridRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One run's per-seed row, ``(identity, numbers)``, from its run directory (``summary.json``,
+    ``config.yaml`` and the logs the collapse rule reads)."""
+    path = run.plan.out / "summary.json"
+    if not path.is_file():
+        raise UserError(f"{run.plan.out}: the run did not finish (no summary.json)")
+    summary = json.loads(path.read_text())
+    record, _ = run_record(summary | {"run_dir": str(run.plan.out)})
+    row: dict[str, Any] = {"scenario": run.plan.config.env.name, "row": run.row, "point": list(run.point),
+                           "seed": run.seed, "config_hash": record.get("config_hash"),
+                           "code_version": record.get("code_version"), "run_dir": str(run.plan.out),
+                           "agent": record.get("recipe"), "overrides": " ".join(run.plan.overrides),
+                           "collapsed": record.get("collapsed"), "collapsed_phases": record.get("collapsed_phases")}
+    numbers = {k: v for k, v in summary.items() if _is_number(v) and k != "seed"}
+    return row, numbers
+
+
+def grid_table(grid: Grid, *, ledger: Ledger | None = None, code: dict | None = None) -> pd.DataFrame:
+    """The per-seed table (module doc) from the runs' ``summary.json`` and run directories; a run whose
+    directory holds no finished run comes from the ``ledger``'s record of it (made by ``code`` where given)."""
+    key = code_key(code) if code is not None else None
     records = []
     for run in grid.runs:
-        path = run.plan.out / "summary.json"
-        if not path.is_file():
-            raise UserError(f"{run.plan.out}: the run did not finish (no summary.json)")
-        summary = json.loads(path.read_text())
-        record, _ = run_record(summary | {"run_dir": str(run.plan.out)})
-        row: dict[str, Any] = {"scenario": run.plan.config.env.name, "row": run.row, **dict(zip(grid.axes, run.point)),
-                               "seed": run.seed, "config_hash": record.get("config_hash"),
-                               "code_version": record.get("code_version"), "run_dir": str(run.plan.out),
-                               "agent": record.get("recipe"), "overrides": " ".join(run.plan.overrides),
-                               "collapsed": record.get("collapsed"), "collapsed_phases": record.get("collapsed_phases")}
-        numbers = {k: v for k, v in summary.items() if _is_number(v) and k != "seed"}
+        entry = None
+        if ledger is not None and not (run.plan.out / "summary.json").is_file():
+            entry = ledger.get(run.plan, key)
+        row, numbers = (dict(entry["row"]), entry["numbers"]) if entry is not None else run_row(run)
+        point = row.pop("point")
+        at = list(row).index("row") + 1
+        items = list(row.items())
+        row = dict(items[:at] + list(zip(grid.axes, point)) + items[at:])
         records.append((row, numbers))
     order = metric_columns([n for _, n in records])
     rest = sorted({k for _, n in records for k in n} - set(order))
@@ -367,7 +493,7 @@ def output_files(grid: Grid, out: Path) -> list[Path]:
     for s in grid.spec.scenarios:
         name = _scenario_name(grid, s)
         files += [out / f"{name}.csv", out / f"{name}.md"] + ([out / f"{name}-contrasts.csv"] if grid.spec.contrasts else [])
-    return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG]
+    return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG, out / LEDGER]
 
 
 def check_out(grid: Grid, out: Path) -> None:

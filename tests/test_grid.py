@@ -9,6 +9,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from scipy import stats as sps
 from conftest import shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
-from sao_env.grid import GridSpec, axis_text, grid_command, grid_table, load_grid, plan_grid, run_grid, write_grid
+from sao_env.grid import (LEDGER, GridSpec, Ledger, axis_text, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
+                          run_grid, write_grid)
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
 
@@ -208,7 +210,7 @@ def made(tmp_path_factory):
     path = write_spec(root, tiny_spec(contrasts=["running mean - grpo"]))
     grid = plan_grid(load_grid(path), source=path, runs_dir=root / "runs")
     lines: list[str] = []
-    report = run_grid(grid, jobs=1, code=FIXED_CODE, report=lines.append)
+    report = run_grid(grid, jobs=1, code=FIXED_CODE, report=lines.append, ledger=Ledger(root / "out" / LEDGER))
     table = grid_table(grid)
     paths = write_grid(grid, table, root / "out", command=grid_command(grid, root / "out"))
     return grid, table, report, paths, root, lines
@@ -296,6 +298,70 @@ def test_a_second_grid_reuses_every_run(made, monkeypatch, capsys):
     log = (out / "grid.log").read_text()
     assert "reusing 8 of 8 runs" in log and "0 runs made, 8 reused" in log and "--figure difference" in log
     pd.testing.assert_frame_equal(pd.read_csv(out / "per-seed.csv"), pd.read_csv(paths["per_seed"]))
+
+
+@pytest.mark.slow
+def test_the_ledger_carries_a_grid_to_a_checkout_without_its_run_directories(made, tmp_path, monkeypatch, capsys):
+    """The ledger the grid wrote as each run ended lists every run in the order it finished; a checkout
+    without the run directories (another --runs-dir) reuses all 8 from it and writes the same tables."""
+    from sao_env import provenance
+
+    grid, table, report, paths, root, lines = made
+    made_ledger = root / "out" / LEDGER
+    records = [json.loads(line) for line in made_ledger.read_text().splitlines()]
+    assert [r["config_hash"] for r in records] == [run.plan.config_hash for run in report.made]
+    assert {r["code"] for r in records} == {"000000000000"}
+    first = records[0]
+    summary = json.loads((report.made[0].plan.out / "summary.json").read_text())
+    assert first["numbers"]["online_reward"] == summary["online_reward"]  # the exact float, not a rounding
+    assert first["row"]["point"] == list(report.made[0].point) and first["row"]["seed"] == report.made[0].seed
+
+    elsewhere = plan_grid(grid.spec, source=grid.source, runs_dir=tmp_path / "no-runs")
+    ledger = Ledger(made_ledger)
+    pd.testing.assert_frame_equal(grid_table(elsewhere, ledger=ledger, code=FIXED_CODE), table)
+    other_code = {**FIXED_CODE, "git_commit": "1" * 40}
+    assert reuse_decision(elsewhere.runs[0], other_code, ledger) == (None, "new")
+    with pytest.raises(UserError, match="the run did not finish"):
+        grid_table(elsewhere, ledger=Ledger(tmp_path / "absent.jsonl"))
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(made_ledger, out / LEDGER)
+    monkeypatch.setattr(provenance, "code_version", lambda: FIXED_CODE)
+    args = ["grid", str(grid.source), "--out", str(out), "--runs-dir", str(tmp_path / "no-runs"), "--jobs", "1"]
+    assert main([*args, "--dry-run"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == "8 runs: 0 to run, 8 to reuse"
+    assert sum(line.endswith("listed in finished.jsonl with the same configuration and code (000000000000)")
+               for line in listed) == 8
+    assert main(args) == 0
+    log = (out / "grid.log").read_text()
+    assert f"reusing 8 of 8 runs (finished with the same configuration and code); 8 of them from {out / LEDGER}" in log
+    assert "0 runs made, 8 reused" in log and not (tmp_path / "no-runs").exists()
+    assert (out / "per-seed.csv").read_bytes() == paths["per_seed"].read_bytes()
+    assert (out / "style-drift.csv").read_bytes() == paths["style-drift.csv"].read_bytes()
+    assert (out / LEDGER).read_bytes() == made_ledger.read_bytes()  # nothing added for runs it already lists
+
+
+@pytest.mark.slow
+def test_a_torn_last_line_is_replaced_and_a_foreign_line_refused(made, tmp_path):
+    grid, table, report, paths, root, lines = made
+    path = tmp_path / LEDGER
+    whole = (root / "out" / LEDGER).read_text()
+    path.write_text(whole + '{"config_hash": "ab')  # a kill in the middle of a write
+    ledger = Ledger(path)
+    assert len(ledger) == 8
+    ledger.add(report.made[0], "feedfeedfeed")
+    again = path.read_text().splitlines()
+    assert len(again) == 9 and "\n".join(again[:8]) + "\n" == whole
+    assert json.loads(again[8])["code"] == "feedfeedfeed" and len(Ledger(path)) == 9
+    assert Ledger(path).get(report.made[0].plan) == json.loads(again[8])  # no code given: the last recorded
+    assert Ledger(path).get(report.made[0].plan, "000000000000") == json.loads(again[0])
+    path.write_text(whole.replace("\n", "\nnot json\n", 1))
+    with pytest.raises(UserError) as err:
+        Ledger(path)
+    assert str(err.value) == (f"{path}:2: not a finished run's record (a JSON object with config_hash, code, row and "
+                              "numbers); the ledger is only written by sao-env grid")
 
 
 def _forget_parents_workers() -> None:

@@ -45,8 +45,8 @@ def grid(
     configuration hash) and write its per-seed table, aggregates with paired differences to the
     baseline, and its map."""
     from sao_env.cli.training import _checkpoint_every, _cores
-    from sao_env.experiment import reuse_check
-    from sao_env.grid import check_out, grid_command, grid_table, load_grid, output_files, plan_grid, run_grid, write_grid
+    from sao_env.grid import (LEDGER, Ledger, check_out, grid_command, grid_table, load_grid, output_files, plan_grid,
+                              reuse_decision, run_grid, write_grid)
     from sao_env.provenance import code_version
     from sao_env.sweep import parse_seeds
 
@@ -60,13 +60,13 @@ def grid(
     command = grid_command(planned, out, seeds_given=seeds is not None, metric_given=metric is not None,
                            runs_dir=runs_dir, figure=figure)
     code = code_version()
+    ledger = Ledger(out / LEDGER)
     if dry_run:
-        checks = [(run, *(reuse_check(run.plan, code) if skip_existing else (False, "rerun asked")))
-                  for run in planned.runs]
-        reused = sum(1 for _, reuse, _ in checks if reuse)
+        checks = [(run, *reuse_decision(run, code, ledger, skip_existing)) for run in planned.runs]
+        reused = sum(1 for _, source, _ in checks if source is not None)
         typer.echo(f"{len(planned.runs)} runs: {len(planned.runs) - reused} to run, {reused} to reuse")
-        for run, reuse, why in checks:
-            typer.echo(f"{'reuse' if reuse else 'run':<5}  {run.describe(planned.axes)}  {run.plan.out}  {why}")
+        for run, source, why in checks:
+            typer.echo(f"{'reuse' if source else 'run':<5}  {run.describe(planned.axes)}  {run.plan.out}  {why}")
         typer.echo(f"would write into {out}:")
         for file in output_files(planned, out):
             typer.echo(f"  {file}")
@@ -87,13 +87,13 @@ def grid(
         log.write(f"# {datetime.now().isoformat(timespec='seconds')} {command}\n")
         try:
             done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
-                            checkpoint_every=every)
+                            checkpoint_every=every, ledger=ledger)
         except Exception as err:
             if not hasattr(err, "exit_code") or not hasattr(err, "signal_name"):  # not a run stopped by a signal
                 raise
             report(f"sao-env: {err}; resume with: {command}")
             raise SystemExit(err.exit_code) from None
-        table = grid_table(planned)
+        table = grid_table(planned, ledger=ledger, code=code)
         paths = write_grid(planned, table, out, command=command, figure=figure)
         report(f"{len(done.made)} runs made, {len(done.reused)} reused; wrote "
                + ", ".join(shlex.quote(str(p)) for p in paths.values()))
