@@ -479,6 +479,31 @@ def grid_table(grid: Grid, *, ledger: Ledger | None = None, code: dict | None = 
     return pd.DataFrame([row | {m: numbers.get(m, math.nan) for m in order + rest} for row, numbers in records])
 
 
+def finished_part(grid: Grid, ledger: Ledger | None = None) -> tuple[Grid, dict[str, tuple[int, int]]]:
+    """What ``--tables-only`` writes from: the grid narrowed to the rows whose every run finished (its
+    run directory holds ``summary.json``, else the ``ledger`` records it, whatever code made it), and
+    the rows left out as ``{label: (finished, planned)}``. Contrasts naming a row left out are dropped.
+    The tables pair every row with the baseline, so an unfinished baseline is a UserError."""
+    finished: dict[str, int] = {r.label: 0 for r in grid.spec.rows}
+    planned: dict[str, int] = {r.label: 0 for r in grid.spec.rows}
+    for run in grid.runs:
+        planned[run.row] += 1
+        if (run.plan.out / "summary.json").is_file() or (ledger is not None and ledger.get(run.plan) is not None):
+            finished[run.row] += 1
+    left_out = {label: (finished[label], planned[label]) for label in planned if finished[label] < planned[label]}
+    if grid.spec.baseline in left_out:
+        done, total = left_out[grid.spec.baseline]
+        raise UserError(f"the baseline {grid.spec.baseline!r} has {done} of {total} runs finished; every row is paired "
+                        "with it, so --tables-only needs it whole (run the grid to finish it)")
+    if not left_out:
+        return grid, {}
+    spec = grid.spec.model_copy(update={
+        "rows": [r for r in grid.spec.rows if r.label not in left_out],
+        "contrasts": [text for text, pair in zip(grid.spec.contrasts, grid.spec.contrast_pairs)
+                      if not set(pair) & set(left_out)]})
+    return Grid(spec, grid.source, tuple(r for r in grid.runs if r.row not in left_out)), left_out
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -533,9 +558,11 @@ def grid_command(grid: Grid, out: Path, *, seeds_given: bool = False, metric_giv
     return shlex.join(parts)
 
 
-def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figure: str = "value") -> dict[str, Path]:
+def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figure: str = "value",
+               left_out: dict[str, tuple[int, int]] | None = None) -> dict[str, Path]:
     """Write the per-seed table, each scenario's aggregate (CSV and Markdown), the figure and the
-    manifest into ``out``; returns the paths by name."""
+    manifest into ``out``; returns the paths by name. ``left_out`` (from ``finished_part``) names the
+    rows not yet finished: the Markdown, the manifest and so the site call the tables provisional."""
     spec = grid.spec
     metric = spec.metric
     if metric not in table.columns:
@@ -566,7 +593,7 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
                 pairs.to_csv(paths[f"{name}-contrasts.csv"], index=False, float_format="%.6g")
             paths[f"{name}.md"] = out / f"{name}.md"
             paths[f"{name}.md"].write_text(grid_markdown(grid, name, mine, agg, command=command, figure=figure,
-                                                         contrasts=pairs))
+                                                         contrasts=pairs, left_out=left_out))
         paths["figure"] = maps.plot_map(pd.concat(frames, ignore_index=True), out / maps.FIGURE, axes=grid.axes,
                                         rows=labels, baseline=spec.baseline, metric=metric,
                                         difference=figure == "difference", points=grid.points,
@@ -577,10 +604,18 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
                     "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts,
                     "figure": figure, "figure_caption": figure_caption(grid, figure), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
+        if left_out:
+            manifest["left_out"] = {label: list(counts) for label, counts in left_out.items()}
         paths["manifest"].write_text(json.dumps(manifest, indent=1) + "\n")
     except OSError as err:
         raise UserError(f"cannot write {err.filename or out}: {err.strerror or err}") from None
     return paths
+
+
+def provisional_text(left_out: dict[str, tuple[int, int]]) -> str:
+    """The words for rows left out of a provisional table."""
+    rows = ", ".join(f"{label} ({done} of {total} runs)" for label, (done, total) in left_out.items())
+    return f"the rows not yet finished are left out: {rows}"
 
 
 def figure_caption(grid: Grid, figure: str) -> str:
@@ -606,13 +641,17 @@ def figure_caption(grid: Grid, figure: str) -> str:
 
 
 def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.DataFrame, *, command: str,
-                  figure: str, contrasts: pd.DataFrame | None = None) -> str:
+                  figure: str, contrasts: pd.DataFrame | None = None,
+                  left_out: dict[str, tuple[int, int]] | None = None) -> str:
     """One scenario's page: what the grid is, on which cut, at which seeds, how to make it again, the table."""
     spec = grid.spec
     title = column_format(spec.metric).title
     versions = sorted(set(per_seed["code_version"].astype(str)))
     n = sorted(set(agg["n"].astype(int)))
-    lines = [f"# {spec.title or 'Grid'}: {scenario}", "",
+    lines = [f"# {spec.title or 'Grid'}: {scenario}", ""]
+    if left_out:
+        lines += [f"**Provisional**: {provisional_text(left_out)}. The command below finishes them.", ""]
+    lines += [
              f"- **grid**: `{grid.source}`; {len(spec.rows)} rows"
              + (" x " + " x ".join(f"{len(v)} values of `{k}`" for k, v in spec.axis_values.items()) if spec.axes else "")
              + f" x {len(spec.seeds)} seeds = {len(per_seed)} runs on this scenario",

@@ -364,6 +364,58 @@ def test_a_torn_last_line_is_replaced_and_a_foreign_line_refused(made, tmp_path)
                               "numbers); the ledger is only written by sao-env grid")
 
 
+@pytest.mark.slow
+def test_tables_only_writes_the_finished_rows_from_the_ledger_and_names_the_rest(made, tmp_path, monkeypatch, capsys):
+    """--tables-only makes no run: from a ledger of other code it writes the tables the grid wrote; with
+    the running-mean row half finished it leaves that row (and its contrast) out and says so in the
+    Markdown, the manifest and the site; with the baseline unfinished it refuses in one line."""
+    from sao_env import provenance
+
+    grid, table, report, paths, root, lines = made
+    monkeypatch.setattr(provenance, "code_version", lambda: {**FIXED_CODE, "git_commit": "1" * 40})
+    records = (root / "out" / LEDGER).read_text().splitlines(keepends=True)
+    runs_dir = tmp_path / "no-runs"
+
+    def tables_only(out: Path, kept: list[str]) -> int:
+        out.mkdir()
+        (out / LEDGER).write_text("".join(kept))
+        return main(["grid", str(grid.source), "--out", str(out), "--runs-dir", str(runs_dir), "--tables-only"])
+
+    whole = tmp_path / "whole"
+    assert tables_only(whole, records) == 0
+    assert (whole / "per-seed.csv").read_bytes() == paths["per_seed"].read_bytes()
+    assert (whole / "style-drift.csv").read_bytes() == paths["style-drift.csv"].read_bytes()
+    assert (whole / "style-drift-contrasts.csv").read_bytes() == paths["style-drift-contrasts.csv"].read_bytes()
+    assert "Provisional" not in (whole / "style-drift.md").read_text() and not runs_dir.exists()
+    assert "left_out" not in json.loads((whole / maps.MANIFEST).read_text())
+
+    running = {run.plan.config_hash for run in grid.runs if run.row == "running mean"}
+    half = [r for r in records if json.loads(r)["config_hash"] not in running] + \
+           [r for r in records if json.loads(r)["config_hash"] in running][:2]
+    part = tmp_path / "part"
+    assert tables_only(part, half) == 0
+    per_seed = pd.read_csv(part / "per-seed.csv")
+    expected = pd.read_csv(paths["per_seed"])
+    pd.testing.assert_frame_equal(per_seed, expected[expected["row"] == "grpo"].reset_index(drop=True), check_dtype=False)
+    md = (part / "style-drift.md").read_text()
+    assert "**Provisional**: the rows not yet finished are left out: running mean (2 of 4 runs)." in md
+    assert "## Contrasts" not in md and not (part / "style-drift-contrasts.csv").exists()
+    manifest = json.loads((part / maps.MANIFEST).read_text())
+    assert manifest["left_out"] == {"running mean": [2, 4]} and manifest["contrasts"] == []
+    assert [r["label"] for r in manifest["rows"]] == ["grpo"]
+    assert "Provisional: the rows not yet finished are left out: running mean (2 of 4 runs)." in maps.maps_section(tmp_path)
+    assert (part / LEDGER).read_text() == "".join(half)  # read, never written
+    assert "left out: running mean (2 of 4 runs)" in (part / "grid.log").read_text()
+
+    capsys.readouterr()
+    baseline = {run.plan.config_hash for run in grid.runs if run.row == "grpo"}
+    assert tables_only(tmp_path / "none", [r for r in records if json.loads(r)["config_hash"] not in baseline][:3]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the baseline 'grpo' has 0 of 4 runs finished" in err, err
+    assert main(["grid", str(grid.source), "--out", str(tmp_path / "x"), "--tables-only", "--dry-run"]) == 2
+    assert "--tables-only makes no run; it does not go with --dry-run" in capsys.readouterr().err
+
+
 def _forget_parents_workers() -> None:
     """In a forked child: the parent's math-grading workers and their fork server are not its own."""
     from multiprocessing import forkserver

@@ -40,18 +40,21 @@ def grid(
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help="Resume checkpoints of each run: every N updates (25u) or simulated seconds (600s)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List every run (run or reuse, and why; its directory) and the files it would write, then exit."),
+    tables_only: bool = typer.Option(False, "--tables-only", help="Make no run: write the tables, figure and manifest from the finished runs (run directories, else the ledger; any code), leaving out and naming the rows not yet finished."),
 ) -> None:
     """Run a grid of experiments (every row x axis point x scenario x seed an ordinary run, reused by
     configuration hash) and write its per-seed table, aggregates with paired differences to the
     baseline, and its map."""
     from sao_env.cli.training import _checkpoint_every, _cores
-    from sao_env.grid import (LEDGER, Ledger, check_out, grid_command, grid_table, load_grid, output_files, plan_grid,
-                              reuse_decision, run_grid, write_grid)
+    from sao_env.grid import (LEDGER, Ledger, check_out, finished_part, grid_command, grid_table, load_grid, output_files,
+                              plan_grid, provisional_text, reuse_decision, run_grid, write_grid)
     from sao_env.provenance import code_version
     from sao_env.sweep import parse_seeds
 
     if figure not in FIGURES:
         raise UserError(f"--figure must be one of {', '.join(FIGURES)}, got {figure!r}")
+    if tables_only and (dry_run or not skip_existing):
+        raise UserError(f"--tables-only makes no run; it does not go with {'--dry-run' if dry_run else '--no-skip-existing'}")
     every = _checkpoint_every(checkpoint_every)
     spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
     planned = plan_grid(spec, source=path, runs_dir=runs_dir)
@@ -84,7 +87,14 @@ def grid(
         log.flush()
 
     with log:
-        log.write(f"# {datetime.now().isoformat(timespec='seconds')} {command}\n")
+        log.write(f"# {datetime.now().isoformat(timespec='seconds')} {command}{' --tables-only' if tables_only else ''}\n")
+        if tables_only:
+            part, left_out = finished_part(planned, ledger)
+            table = grid_table(part, ledger=ledger)
+            paths = write_grid(part, table, out, command=command, figure=figure, left_out=left_out)
+            report(f"tables of {len(part.runs)} finished runs" + (f"; {provisional_text(left_out)}" if left_out else "")
+                   + "; wrote " + ", ".join(shlex.quote(str(p)) for p in paths.values()))
+            return
         try:
             done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
                             checkpoint_every=every, ledger=ledger)

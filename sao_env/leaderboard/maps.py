@@ -416,6 +416,9 @@ def maps_section(folder: Path) -> str:
                  ("metric", metric), ("paired test", test_name(manifest.get("test", "sign-flip"))),
                  ("command", manifest.get("command", ""))]
         parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in facts) + "</dl>")
+        if manifest.get("left_out"):
+            rows = ", ".join(f"{label} ({done} of {total} runs)" for label, (done, total) in manifest["left_out"].items())
+            parts.append(f'<p class="note">Provisional: the rows not yet finished are left out: {e(rows)}.</p>')
         png = where / FIGURE
         if png.is_file():
             data = base64.b64encode(png.read_bytes()).decode("ascii")
