@@ -542,7 +542,8 @@ def _scenario_name(grid: Grid, scenario: str) -> str:
 
 
 def grid_command(grid: Grid, out: Path, *, seeds_given: bool = False, metric_given: bool = False,
-                 runs_dir: Path | None = None, jobs: int | None = None, figure: str = "value") -> str:
+                 runs_dir: Path | None = None, jobs: int | None = None, figure: str = "value",
+                 lines: bool = False) -> str:
     """The ``sao-env grid`` command line that makes these outputs."""
     parts = ["sao-env", "grid", str(grid.source), "--out", str(out)]
     if seeds_given:
@@ -553,16 +554,19 @@ def grid_command(grid: Grid, out: Path, *, seeds_given: bool = False, metric_giv
         parts += ["--runs-dir", str(runs_dir)]
     if figure != "value":
         parts += ["--figure", figure]
+    if lines:
+        parts.append("--lines")
     if jobs is not None:
         parts += ["--jobs", str(jobs)]
     return shlex.join(parts)
 
 
 def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figure: str = "value",
-               left_out: dict[str, tuple[int, int]] | None = None) -> dict[str, Path]:
+               lines: bool = False, left_out: dict[str, tuple[int, int]] | None = None) -> dict[str, Path]:
     """Write the per-seed table, each scenario's aggregate (CSV and Markdown), the figure and the
     manifest into ``out``; returns the paths by name. ``left_out`` (from ``finished_part``) names the
-    rows not yet finished: the Markdown, the manifest and so the site call the tables provisional."""
+    rows not yet finished: the Markdown, the manifest and so the site call the tables provisional.
+    ``lines`` draws a two-axis grid as lines against its first axis (``maps.plot_map``)."""
     spec = grid.spec
     metric = spec.metric
     if metric not in table.columns:
@@ -593,16 +597,16 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
                 pairs.to_csv(paths[f"{name}-contrasts.csv"], index=False, float_format="%.6g")
             paths[f"{name}.md"] = out / f"{name}.md"
             paths[f"{name}.md"].write_text(grid_markdown(grid, name, mine, agg, command=command, figure=figure,
-                                                         contrasts=pairs, left_out=left_out))
+                                                         contrasts=pairs, left_out=left_out, lines=lines))
         paths["figure"] = maps.plot_map(pd.concat(frames, ignore_index=True), out / maps.FIGURE, axes=grid.axes,
                                         rows=labels, baseline=spec.baseline, metric=metric,
                                         difference=figure == "difference", points=grid.points,
-                                        collapse=figure == "collapse")
+                                        collapse=figure == "collapse", lines=lines)
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
                     "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts,
-                    "figure": figure, "figure_caption": figure_caption(grid, figure), "command": command,
+                    "figure": figure, "figure_caption": figure_caption(grid, figure, lines), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
         if left_out:
             manifest["left_out"] = {label: list(counts) for label, counts in left_out.items()}
@@ -618,31 +622,31 @@ def provisional_text(left_out: dict[str, tuple[int, int]]) -> str:
     return f"the rows not yet finished are left out: {rows}"
 
 
-def figure_caption(grid: Grid, figure: str) -> str:
+def figure_caption(grid: Grid, figure: str, lines: bool = False) -> str:
     if figure == "collapse":
         rule = "a run collapses when its rolling training reward stays under half its phase peak until the phase ends"
-        if len(grid.axes) == 2:
+        if len(grid.axes) == 2 and not lines:
             return (f"Collapse rate (share of seeds; {rule}) per cell, {grid.axes[0]} across, {grid.axes[1]} up; "
                     "one panel per scenario and row.")
         if grid.axes:
-            panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 2 else "")
+            panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 1 else "")
             return (f"Collapse rate (share of seeds; {rule}) against {grid.axes[0]}: one line per row, one panel per "
                     f"{panels}.")
         return f"Collapse rate (share of seeds; {rule}), one panel per scenario."
     what = column_format(grid.spec.metric).title
     if figure == "difference":
         what += f" minus {grid.spec.baseline} at the same axis point, paired by seed"
-    if len(grid.axes) == 2:
+    if len(grid.axes) == 2 and not lines:
         return f"{what}: mean over seeds per cell, {grid.axes[0]} across, {grid.axes[1]} up; one panel per scenario and row."
     if grid.axes:
-        panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 2 else "")
+        panels = "scenario" + (" and value of the other axes" if len(grid.axes) > 1 else "")
         return f"{what} against {grid.axes[0]}: line, the mean over seeds; band, its 95% t-interval; one panel per {panels}."
     return f"{what}: mean over seeds with its 95% t-interval, one panel per scenario."
 
 
 def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.DataFrame, *, command: str,
                   figure: str, contrasts: pd.DataFrame | None = None,
-                  left_out: dict[str, tuple[int, int]] | None = None) -> str:
+                  left_out: dict[str, tuple[int, int]] | None = None, lines: bool = False) -> str:
     """One scenario's page: what the grid is, on which cut, at which seeds, how to make it again, the table."""
     spec = grid.spec
     title = column_format(spec.metric).title
@@ -676,7 +680,7 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               f"- **code version**: {', '.join(versions)}",
               f"- **command**: `{command}`",
               f"- **per-seed table**: `{maps.PER_SEED}`; every metric's aggregate and paired difference: `{scenario}.csv`",
-              "", f"![{figure_caption(grid, figure)}]({maps.FIGURE})", ""]
+              "", f"![{figure_caption(grid, figure, lines)}]({maps.FIGURE})", ""]
     header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric, test=spec.test)
     lines += maps.markdown_table(header, body)
     if contrasts is not None and not contrasts.empty:

@@ -23,7 +23,7 @@ from scipy import stats as sps
 from conftest import shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
-from sao_env.grid import (LEDGER, GridSpec, Ledger, axis_text, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
+from sao_env.grid import (LEDGER, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
                           run_grid, write_grid)
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
@@ -127,6 +127,12 @@ def test_the_committed_regime_map_spans_1x_to_50x_tails_in_both_regimes():
     # a cell can be supported at all: after Holm over the 7 comparisons with the baseline, the
     # exact sign-flip test would need 7 x 2 / 2^n <= 0.05; otherwise the grid must use the t-test
     assert spec.test == "t" or (len(spec.rows) - 1) * 2 / 2 ** len(spec.seeds) <= 0.05
+    assert grid_command(grid, Path("out"), figure="difference", lines=True) == \
+        "sao-env grid grid.yaml --out out --figure difference --lines"
+    assert figure_caption(grid, "difference", lines=True) == (
+        "online reward minus grpo at the same axis point, paired by seed against env.latency.env_sigma: line, the mean "
+        "over seeds; band, its 95% t-interval; one panel per scenario and value of the other axes.")
+    assert figure_caption(grid, "value").endswith("one panel per scenario and row.")
 
 
 def test_the_committed_stress_map_crosses_every_loss_with_staleness_lr_and_mismatch():
@@ -497,6 +503,32 @@ def test_figures_for_no_one_and_two_axes(tmp_path):
             path = maps.plot_map(agg, tmp_path / f"{len(axes)}-{difference}.png", axes=axes, rows=["a", "b", "c"],
                                  baseline="a", metric="online_reward", difference=difference)
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_two_axes_as_lines_draw_each_row_against_the_first_a_panel_per_value_of_the_second(tmp_path, monkeypatch):
+    """--lines: the y = p and y = q panels each hold rows a, b, c against x at their aggregate means;
+    without it, a heatmap per row."""
+    import matplotlib.pyplot as plt
+
+    table = hand_table()
+    two = pd.concat([table.assign(y="p"), table.assign(y="q", online_reward=table["online_reward"] + 0.1)],
+                    ignore_index=True)
+    agg = maps.aggregate(two, axes=["x", "y"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    drawn = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (drawn.append(fig), close(fig)))
+    for lines in (True, False):
+        maps.plot_map(agg, tmp_path / f"{lines}.png", axes=["x", "y"], rows=["a", "b", "c"], baseline="a",
+                      metric="online_reward", lines=lines)
+    as_lines, as_heatmaps = ([ax for ax in fig.axes if ax.axison and ax.get_label() != "<colorbar>"] for fig in drawn)
+    assert [ax.get_title() for ax in as_lines] == ["s\ny=p", "s\ny=q"]
+    for ax, y in zip(as_lines, ("p", "q")):
+        assert [line.get_label() for line in ax.get_lines()] == ["a", "b", "c"]
+        for line in ax.get_lines():
+            cells = agg[(agg["row"] == line.get_label()) & (agg["y"] == y)]
+            assert list(line.get_ydata()) == pytest.approx(list(cells["online_reward"]))
+            assert list(line.get_xdata()) == [0.5, 2.0]
+    assert [ax.get_title() for ax in as_heatmaps if ax.images] == ["s: a", "s: b", "s: c"]
 
 
 def test_the_site_lists_the_maps_of_its_subfolders(tmp_path):

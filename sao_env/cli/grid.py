@@ -36,6 +36,7 @@ def grid(
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, replacing the grid's."),
     metric: Optional[str] = typer.Option(None, "--metric", help="The metric ranked, tested and drawn (default: the grid's, else online_reward)."),
     figure: str = typer.Option("value", "--figure", help="What the figure draws: value (the metric), difference (minus the baseline, paired by seed) or collapse (the share of seeds that collapsed)."),
+    lines: bool = typer.Option(False, "--lines", help="With two axes: lines against the first (a panel per value of the second) instead of a heatmap per row."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run directories go."),
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help="Resume checkpoints of each run: every N updates (25u) or simulated seconds (600s)."),
@@ -61,7 +62,7 @@ def grid(
     out = out if out is not None else default_out(path)
     check_out(planned, out)
     command = grid_command(planned, out, seeds_given=seeds is not None, metric_given=metric is not None,
-                           runs_dir=runs_dir, figure=figure)
+                           runs_dir=runs_dir, figure=figure, lines=lines)
     code = code_version()
     ledger = Ledger(out / LEDGER)
     if dry_run:
@@ -91,7 +92,7 @@ def grid(
         if tables_only:
             part, left_out = finished_part(planned, ledger)
             table = grid_table(part, ledger=ledger)
-            paths = write_grid(part, table, out, command=command, figure=figure, left_out=left_out)
+            paths = write_grid(part, table, out, command=command, figure=figure, lines=lines, left_out=left_out)
             report(f"tables of {len(part.runs)} finished runs" + (f"; {provisional_text(left_out)}" if left_out else "")
                    + "; wrote " + ", ".join(shlex.quote(str(p)) for p in paths.values()))
             return
@@ -104,6 +105,6 @@ def grid(
             report(f"sao-env: {err}; resume with: {command}")
             raise SystemExit(err.exit_code) from None
         table = grid_table(planned, ledger=ledger, code=code)
-        paths = write_grid(planned, table, out, command=command, figure=figure)
+        paths = write_grid(planned, table, out, command=command, figure=figure, lines=lines)
         report(f"{len(done.made)} runs made, {len(done.reused)} reused; wrote "
                + ", ".join(shlex.quote(str(p)) for p in paths.values()))

@@ -249,13 +249,15 @@ def collapse_rate(agg: pd.DataFrame) -> pd.Series:
 
 
 def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str], baseline: str, metric: str,
-             difference: bool = False, points: list[tuple[str, ...]] | None = None, collapse: bool = False) -> Path:
+             difference: bool = False, points: list[tuple[str, ...]] | None = None, collapse: bool = False,
+             lines: bool = False) -> Path:
     """The grid's figure, one panel per scenario (and per value of any axis after the first two):
 
     - no axis: each row's mean with its 95 % interval as an error bar;
     - one axis (or three and more: against the first, a panel per value of the others): one line
       per row against the axis (its values' positions when they are not all numbers), 95 % bands;
-    - two axes: a heatmap per scenario and row, the first axis across, the second down.
+    - two axes: a heatmap per scenario and row, the first axis across, the second down; with
+      ``lines``, lines against the first axis as for three, a panel per value of the second.
 
     ``difference`` draws each row's paired difference to the baseline instead of its mean (the
     baseline row is left out; 0 marked); ``collapse`` draws each cell's collapse rate (collapsed
@@ -285,7 +287,7 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
             frame = frame[frame[a].map(_key) == v]
         return frame
 
-    if len(axes) == 2:
+    if len(axes) == 2 and not lines:
         xs = list(dict.fromkeys(p[0] for p in points))
         ys = list(dict.fromkeys(p[1] for p in points))
         panels = [(s, r) for s in scenarios for r in shown]
@@ -320,7 +322,7 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
         rest = axes[1:]
         combos = list(dict.fromkeys(p[1:] for p in points)) if axes else [()]
         panels = [(s, c) for s in scenarios for c in combos]
-        ncols = min(3, len(panels))
+        ncols = 2 if len(panels) == 4 else min(3, len(panels))
         nrows = math.ceil(len(panels) / ncols)
         fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
         for ax, (s, combo) in zip(grid.flat, panels):
