@@ -111,6 +111,10 @@ class GridSpec(BaseModel):
     test: Literal["sign-flip", "t"] = "sign-flip"
     contrasts: list[str] = []
     """Named pairs ``"a - b"`` of row labels tested beside every row against the baseline."""
+    show: list[str] = []
+    """Metrics of the runs' summaries shown beside the grid's metric in the Markdown and on the site
+    (per cell the mean ± CI and each row's paired difference to the baseline); every metric's figures
+    are in ``<scenario>.csv`` whatever this lists."""
 
     @field_validator("scenarios")
     @classmethod
@@ -569,9 +573,11 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
     ``lines`` draws a two-axis grid as lines against its first axis (``maps.plot_map``)."""
     spec = grid.spec
     metric = spec.metric
-    if metric not in table.columns:
-        known = ", ".join(c for c in maps.metric_names(table, grid.axes))
-        raise UserError(f"metric {metric!r} is not in the runs' summaries (known: {known})")
+    for name in (metric, *spec.show):
+        if name not in table.columns:
+            known = ", ".join(c for c in maps.metric_names(table, grid.axes))
+            what = "metric" if name == metric else "show: metric"
+            raise UserError(f"{what} {name!r} is not in the runs' summaries (known: {known})")
     out = Path(out)
     labels = [r.label for r in spec.rows]
     try:
@@ -605,7 +611,7 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
-                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts,
+                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts, "show": spec.show,
                     "figure": figure, "figure_caption": figure_caption(grid, figure, lines), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
         if left_out:
@@ -683,6 +689,12 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "", f"![{figure_caption(grid, figure, lines)}]({maps.FIGURE})", ""]
     header, body = maps.display_table(agg, axes=grid.axes, baseline=spec.baseline, metric=spec.metric, test=spec.test)
     lines += maps.markdown_table(header, body)
+    if spec.show:
+        lines += ["", "## Beside " + title.lower(), "",
+                  f"Per cell the mean ± 95% CI over seeds and, after it for every row but {spec.baseline}, the paired "
+                  f"difference to {spec.baseline} ± 95% CI. Every metric's figures: `{scenario}.csv`.", ""]
+        header, body = maps.metrics_table(agg, axes=grid.axes, baseline=spec.baseline, metrics=spec.show)
+        lines += maps.markdown_table(header, body)
     if contrasts is not None and not contrasts.empty:
         lines += ["", "## Contrasts", "",
                   f"The grid's named comparisons ({', '.join(spec.contrasts)}): a minus b at the same axis point, "

@@ -531,6 +531,44 @@ def test_two_axes_as_lines_draw_each_row_against_the_first_a_panel_per_value_of_
     assert [ax.get_title() for ax in as_heatmaps if ax.images] == ["s: a", "s: b", "s: c"]
 
 
+def test_more_metrics_beside_the_grids_by_hand(tmp_path):
+    """show: [auc]: each cell's mean ± CI, and for rows b and c the paired difference to a, from numpy."""
+    table = hand_table()
+    agg = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    header, body = maps.metrics_table(agg, axes=["x"], baseline="a", metrics=["auc"])
+    assert header == ["x", "row", "AUC"]
+    t = sps.t.ppf(0.975, 3)
+    for (x, row, cell) in body:
+        v = table[(table["x"] == x) & (table["row"] == row)].sort_values("seed")["auc"].to_numpy()
+        text = f"{v.mean():.3f} ± {t * v.std(ddof=1) / 2:.3f}"
+        if row != "a":
+            d = v - table[(table["x"] == x) & (table["row"] == "a")].sort_values("seed")["auc"].to_numpy()
+            text += f"; {d.mean():+.3f} ± {t * d.std(ddof=1) / 2:.3f} (n=4)"
+        assert cell == text
+
+
+@pytest.mark.slow
+def test_show_puts_more_metrics_in_the_markdown_and_refuses_an_unknown_one(made, tmp_path):
+    grid, table, report, paths, root, lines = made
+    shown = plan_grid(GridSpec(**(grid.spec.model_dump() | {"show": ["episodes_per_hour", "auc"]})),
+                      source=grid.source, runs_dir=root / "runs")
+    out = write_grid(shown, table, tmp_path / "out", command="c")
+    md = out["style-drift.md"].read_text()
+    agg = pd.read_csv(out["style-drift.csv"], dtype={AXIS: str})
+    header, body = maps.metrics_table(agg, axes=[AXIS], baseline="grpo", metrics=["episodes_per_hour", "auc"])
+    assert "## Beside online reward" in md and "| " + " | ".join(header) + " |" in md
+    assert all("| " + " | ".join(r) + " |" in md for r in body) and len(body) == 4
+    cell = agg[(agg["row"] == "running mean") & (agg[AXIS] == "1.0")].iloc[0]
+    assert f"{cell['auc']:.3f} ± {cell['auc_ci95']:.3f}; {cell['auc_diff']:+.3f} ± " in md
+    assert json.loads(out["manifest"].read_text())["show"] == ["episodes_per_hour", "auc"]
+    assert "running mean: beside" not in maps.maps_section(tmp_path) and "style-drift: beside online reward" in \
+        maps.maps_section(tmp_path)
+    wrong = plan_grid(GridSpec(**(grid.spec.model_dump() | {"show": ["reward_per_day"]})), source=grid.source,
+                      runs_dir=root / "runs")
+    with pytest.raises(UserError, match="show: metric 'reward_per_day' is not in the runs' summaries"):
+        write_grid(wrong, table, tmp_path / "wrong", command="c")
+
+
 def test_the_site_lists_the_maps_of_its_subfolders(tmp_path):
     board = tmp_path / "boards"
     where = board / "regimes"

@@ -225,6 +225,25 @@ def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: 
     return header, body
 
 
+def metrics_table(agg: pd.DataFrame, *, axes: list[str], baseline: str,
+                  metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Header and text cells of more metrics of a scenario's aggregate: per cell (axis values, row)
+    each metric's mean ± CI, and for a row other than the baseline its paired difference to the
+    baseline ± CI after it (``0.552 ± 0.149; −0.043 ± 0.136``)."""
+    header = [*axes, "row", *(column_format(m).title for m in metrics)]
+    body = []
+    for _, r in agg.iterrows():
+        cells = []
+        for m in metrics:
+            text = format_cell(r.get(m), r.get(f"{m}_ci95"), 0, r["n"], m)
+            if r["row"] != baseline:
+                n = finite_float(r.get(f"{m}_diff_n"))
+                text += "; " + format_difference(r.get(f"{m}_diff"), r.get(f"{m}_diff_ci95"), int(n or 0), m)
+            cells.append(text)
+        body.append([*(str(r[a]) for a in axes), str(r["row"]), *cells])
+    return header, body
+
+
 def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
@@ -386,6 +405,15 @@ def find_maps(folder: Path) -> list[Path]:
     return sorted(p.parent for p in Path(folder).glob(f"*/{MANIFEST}"))
 
 
+def _html_table(header: list[str], body: list[list[str]], table_id: str) -> str:
+    """A sortable table of the site (its script sorts on ``data-sort``)."""
+    e = html.escape
+    head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
+    rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
+    return (f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>")
+
+
 def maps_section(folder: Path) -> str:
     """The site's "maps" section (empty when the folder has no grid outputs): per grid its title,
     facts, figure and each scenario's aggregate table."""
@@ -434,19 +462,17 @@ def maps_section(folder: Path) -> str:
             header, body = display_table(agg, axes=axes, baseline=baseline, metric=metric,
                                          test=manifest.get("test", "sign-flip"))
             table_id = f"map-{i}-{''.join(ch if ch.isalnum() else '-' for ch in scenario)}"
-            head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
-            rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
-            parts.append(f"<p><b>{e(scenario)}</b></p>"
-                         f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
-                         f"<tbody>{rows}</tbody></table></div>")
+            parts.append(f"<p><b>{e(scenario)}</b></p>" + _html_table(header, body, table_id))
+            shown = [m for m in manifest.get("show", []) if m in agg.columns]
+            if shown:
+                header, body = metrics_table(agg, axes=axes, baseline=baseline, metrics=shown)
+                parts.append(f"<p><b>{e(scenario)}: beside {e(column_format(metric).title)}</b> (mean ± 95% CI; "
+                             f"after it, minus {e(baseline)}, paired by seed)</p>" + _html_table(header, body, f"{table_id}-show"))
             named = where / f"{scenario}-contrasts.csv"
             if manifest.get("contrasts") and named.is_file():
                 frame = pd.read_csv(named, dtype={a: str for a in axes})
                 header, body = contrasts_display(frame, axes=axes, metric=metric, test=manifest.get("test", "sign-flip"))
-                head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
-                rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
                 parts.append(f"<p><b>{e(scenario)}: contrasts</b> ({e(', '.join(manifest['contrasts']))})</p>"
-                             f'<div class="wrap"><table class="sortable" id="{table_id}-contrasts"><thead><tr>{head}'
-                             f"</tr></thead><tbody>{rows}</tbody></table></div>")
+                             + _html_table(header, body, f"{table_id}-contrasts"))
     parts.append("</section>")
     return "\n".join(parts)
