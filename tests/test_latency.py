@@ -348,6 +348,12 @@ def test_curves_on_three_axes(shrunk_run, shrunk_config):
     assert area_under(by_time) == pytest.approx(summary["auc"], rel=1e-12)
     assert summary["auc_episodes"] == area_under(by_episodes)
     assert credit_summary(run_dir, scenario)["auc_updates"] == summary["auc_updates"]
+    # The learner's idle share: 1 - the simulated seconds its updates cost, over the run's length.
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    costs = [r["perf/update_sim_s"] for r in records if r.get("kind") != "eval" and "perf/update_sim_s" in r]
+    assert len(costs) == round(summary["updates_per_hour"] * scenario.duration_s / 3600)
+    assert summary["learner_idle_frac"] == pytest.approx(1 - sum(costs) / scenario.duration_s, rel=1e-12)
+    assert 0 < summary["learner_idle_frac"] < 1
     # By hand: accuracies 0.2, 0.6, 0.4 at x = 0, 10, 30: (0.4 x 10 + 0.5 x 20) / 30 = 14 / 30.
     assert area_under([(0, 0.2), (10, 0.6), (30, 0.4)]) == pytest.approx(14 / 30, rel=1e-12)
     assert math.isnan(area_under([(5, 0.2), (5, 0.3)]))

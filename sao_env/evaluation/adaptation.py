@@ -70,7 +70,9 @@ def reward_rate_curve(episodes: list[dict]) -> list[tuple[float, float]]:
 def credit_summary(run_dir: Path, scenario: Scenario) -> dict[str, float]:
     """Summary metrics that credit time and samples, from a run directory's three logs (module docstring):
     ``reward_per_hour``, ``completion_bias_mean`` (NaN where no update recorded it), ``auc_episodes``,
-    ``auc_updates``."""
+    ``auc_updates``, ``learner_idle_frac`` (the share of the run the learner waited for a batch: in ``sim``
+    1 - the simulated seconds its updates cost, ``perf/update_sim_s`` summed, over the run's length; in
+    real time the last ``perf/learner_idle_frac``; NaN where neither was recorded)."""
     run_dir = Path(run_dir)
 
     def read(name: str) -> list[dict]:
@@ -78,13 +80,20 @@ def credit_summary(run_dir: Path, scenario: Scenario) -> dict[str, float]:
 
     episodes = read("episodes.jsonl")
     evals = read("evals.jsonl")
-    bias = [r["async/completion_bias"] for r in read("metrics.jsonl")
-            if r.get("kind") != "eval" and "async/completion_bias" in r]
+    updates = [r for r in read("metrics.jsonl") if r.get("kind") != "eval"]
+    bias = [r["async/completion_bias"] for r in updates if "async/completion_bias" in r]
+    busy = [r["perf/update_sim_s"] for r in updates if "perf/update_sim_s" in r]
+    idle = [r["perf/learner_idle_frac"] for r in updates if "perf/learner_idle_frac" in r]
+    if busy:
+        idle_frac = 1.0 - min(math.fsum(busy), scenario.duration_s) / scenario.duration_s
+    else:
+        idle_frac = float(idle[-1]) if idle else math.nan
     return {
         "reward_per_hour": math.fsum(e["reward"] for e in episodes) / (scenario.duration_s / 3600),
         "completion_bias_mean": float(np.mean(bias)) if bias else math.nan,
         "auc_episodes": area_under(accuracy_curve(evals, scenario, "episodes")),
         "auc_updates": area_under(accuracy_curve(evals, scenario, "updates")),
+        "learner_idle_frac": idle_frac,
     }
 
 

@@ -102,7 +102,7 @@ def column_format(column: str) -> ColumnFormat:
              "staleness_mean": ("staleness, mean", 2, None), "staleness_p95": ("staleness, p95", 1, None),
              "masked_fraction": ("DIS-masked fraction", 3, None),
              "reward_per_hour": ("reward / h", 1, True), "completion_bias_mean": ("completion-order bias", 3, None),
-             "learner_wait_s": ("straggler wait (s)", 0, None),
+             "learner_wait_s": ("straggler wait (s)", 0, None), "learner_idle_frac": ("learner idle", 3, None),
              NO_COLLAPSE: ("online reward, collapsed runs left out", 3, True)}
     title, decimals, better = fixed.get(column, (column, 3, None))
     return ColumnFormat(title, decimals, better)
