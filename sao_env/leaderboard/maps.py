@@ -343,7 +343,8 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
         panels = [(s, c) for s in scenarios for c in combos]
         ncols = 2 if len(panels) == 4 else min(3, len(panels))
         nrows = math.ceil(len(panels) / ncols)
-        fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False)
+        fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows), squeeze=False,
+                                 sharey=len(scenarios) == 1)  # one scenario: the panels' values compare
         for ax, (s, combo) in zip(grid.flat, panels):
             frame = at(agg[agg["scenario"] == s], dict(zip(rest, combo)))
             if axes:
