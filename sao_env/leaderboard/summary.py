@@ -311,6 +311,9 @@ def grid_lines(folder: Path) -> list[str]:
         if (where / "README.md").is_file():
             title = f"[{title}]({rel}/README.md)"
         tables = ", ".join(f"[{s}]({rel}/{s}.md)" for s in m.get("scenarios", []) if (where / f"{s}.md").is_file())
+        if m.get("left_out") and tables:
+            tables += " (provisional: " + ", ".join(f"{label} {done} of {total}" for label, (done, total)
+                                                    in m["left_out"].items()) + " runs left out)"
         lines.append(f"| {title} | {len(m.get('rows', []))} x {points} x {len(m.get('seeds', []))} | {m.get('baseline')} | "
                      f"{m.get('test', 'sign-flip')} | {tables or 'not made yet'} |")
     return lines + [""]
