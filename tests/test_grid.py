@@ -135,6 +135,23 @@ def test_the_committed_regime_map_spans_1x_to_50x_tails_in_both_regimes():
     assert figure_caption(grid, "value").endswith("one panel per scenario and row.")
 
 
+def test_the_stress_follow_up_is_the_maps_cap_64_cells_at_10_seeds():
+    """leaderboards/stress/cap64.yaml: every cell resolves to the configuration of the stress map's cell
+    at cap 64, lr 1e-4 (same loss and mismatch), seed for seed, and 10 seeds let the sign-flip test support
+    a row after Holm over its 5 comparisons with DIS."""
+    follow = plan_grid(load_grid(REPO / "leaderboards" / "stress" / "cap64.yaml"))
+    stress = plan_grid(load_grid(REPO / "leaderboards" / "stress" / "grid.yaml"))
+    axes = stress.axes
+    at = {(r.row, r.point[axes.index("agent.runtime.rollout_mismatch")], r.seed): r.plan.config_hash
+          for r in stress.runs if r.point[axes.index("agent.runtime.max_staleness")] == "64"
+          and float(r.point[axes.index("agent.hparams.lr")]) == 1e-4}
+    assert len(follow.runs) == 120 and follow.spec.seeds == list(range(10))
+    for run in follow.runs:
+        if run.seed <= 2:
+            assert at[(run.row, run.point[0], run.seed)] == run.plan.config_hash
+    assert (len(follow.spec.rows) - 1) * 2 / 2 ** len(follow.spec.seeds) <= 0.05
+
+
 def test_the_committed_stress_map_crosses_every_loss_with_staleness_lr_and_mismatch():
     grid = plan_grid(load_grid(REPO / "leaderboards" / "stress" / "grid.yaml"))
     spec = grid.spec
