@@ -622,12 +622,6 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
     return paths
 
 
-def provisional_text(left_out: dict[str, tuple[int, int]]) -> str:
-    """The words for rows left out of a provisional table."""
-    rows = ", ".join(f"{label} ({done} of {total} runs)" for label, (done, total) in left_out.items())
-    return f"the rows not yet finished are left out: {rows}"
-
-
 def figure_caption(grid: Grid, figure: str, lines: bool = False) -> str:
     if figure == "collapse":
         rule = "a run collapses when its rolling training reward stays under half its phase peak until the phase ends"
@@ -660,7 +654,7 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
     n = sorted(set(agg["n"].astype(int)))
     lines = [f"# {spec.title or 'Grid'}: {scenario}", ""]
     if left_out:
-        lines += [f"**Provisional**: {provisional_text(left_out)}. The command below finishes them.", ""]
+        lines += [f"**Provisional**: {maps.provisional_text(left_out)}. The command below finishes them.", ""]
     lines += [
              f"- **grid**: `{grid.source}`; {len(spec.rows)} rows"
              + (" x " + " x ".join(f"{len(v)} values of `{k}`" for k, v in spec.axis_values.items()) if spec.axes else "")

@@ -48,7 +48,8 @@ def grid(
     baseline, and its map."""
     from sao_env.cli.training import _checkpoint_every, _cores
     from sao_env.grid import (LEDGER, Ledger, check_out, finished_part, grid_command, grid_table, load_grid, output_files,
-                              plan_grid, provisional_text, reuse_decision, run_grid, write_grid)
+                              plan_grid, reuse_decision, run_grid, write_grid)
+    from sao_env.leaderboard.maps import provisional_text
     from sao_env.provenance import code_version
     from sao_env.sweep import parse_seeds
 

@@ -406,6 +406,12 @@ def find_maps(folder: Path) -> list[Path]:
     return sorted(p.parent for p in Path(folder).glob(f"*/{MANIFEST}"))
 
 
+def provisional_text(left_out: dict[str, Any]) -> str:
+    """The words for the rows a provisional grid table leaves out (``{label: (finished, planned)}``)."""
+    rows = ", ".join(f"{label} ({done} of {total} runs)" for label, (done, total) in left_out.items())
+    return f"the rows not yet finished are left out: {rows}"
+
+
 def _html_table(header: list[str], body: list[list[str]], table_id: str) -> str:
     """A sortable table of the site (its script sorts on ``data-sort``)."""
     e = html.escape
@@ -448,8 +454,7 @@ def maps_section(folder: Path) -> str:
                  ("command", manifest.get("command", ""))]
         parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{e(str(v))}</dd>" for k, v in facts) + "</dl>")
         if manifest.get("left_out"):
-            rows = ", ".join(f"{label} ({done} of {total} runs)" for label, (done, total) in manifest["left_out"].items())
-            parts.append(f'<p class="note">Provisional: the rows not yet finished are left out: {e(rows)}.</p>')
+            parts.append(f'<p class="note">Provisional: {e(provisional_text(manifest["left_out"]))}.</p>')
         png = where / FIGURE
         if png.is_file():
             data = base64.b64encode(png.read_bytes()).decode("ascii")
