@@ -86,7 +86,8 @@ class GridRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
     label: str = Field(min_length=1)
     agent: str = Field(min_length=1)
-    """Agent recipe (agents/NAME.yaml or a path)."""
+    """Agent recipe: a name (agents/NAME.yaml) or a path to a recipe file; a relative path is looked up
+    beside the grid file first (the recipes a committed map was made with, kept beside it)."""
     overrides: list[str] = []
     """``key=value`` overrides of this row, after the cut and before the axis point's."""
 
@@ -215,9 +216,14 @@ def load_grid(path: Path, *, seeds: tuple[int, ...] | None = None, metric: str |
     if metric is not None:
         data["metric"] = metric
     try:
-        return GridSpec(**data)
+        spec = GridSpec(**data)
     except ValidationError as err:
         raise UserError(_one_line(err, str(path))) from None
+    for row in spec.rows:
+        recipe = Path(row.agent)
+        if recipe.suffix in (".yaml", ".yml") and not recipe.is_absolute() and (path.parent / recipe).is_file():
+            row.agent = str(path.parent / recipe)
+    return spec
 
 
 @dataclass(frozen=True)

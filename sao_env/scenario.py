@@ -147,7 +147,8 @@ class EvalSpec(_Strict):
     prompts_per_phase: int = Field(64, gt=0)
     """Size of each phase's held-out set."""
     seed: int = Field(12345, ge=0)
-    """Seed of the held-out sets and of evaluation sampling; shared by every agent and seed."""
+    """Seed of the held-out sets and of evaluation sampling, combined with the run's seed: shared by every
+    agent at one seed, independent across seeds."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature at evaluation (1.0 measures the policy's actual style shares)."""
     recovery_threshold: float = Field(0.8, gt=0, le=1)
@@ -332,13 +333,15 @@ class Scenario:
 
     @cached_property
     def eval_sets(self) -> dict[str, list[Task]]:
-        """Held-out tasks per distinct phase name, from ``eval.seed`` (never from the run's seed);
-        a source with a held-out split (``sample_heldout``) serves them from that split."""
+        """Held-out tasks per distinct phase name, drawn from ``eval.seed`` and the run's seed (the same
+        set for every recipe at one seed, another set at another seed: ``EVAL_VERSION`` in
+        sao_env/evaluation/heldout.py); a source with a held-out split (``sample_heldout``) serves them
+        from that split."""
         sets: dict[str, list[Task]] = {}
         for i, phase in enumerate(self.spec.phases):
             if phase.name in sets:
                 continue
-            rng = np.random.default_rng([self.spec.eval.seed, i])
+            rng = np.random.default_rng([self.spec.eval.seed, self.seed, i])
             sets[phase.name] = [
                 self._sample_from(i, rng, created_at=0.0, index=900_000 + j, heldout=True)
                 for j in range(self.spec.eval.prompts_per_phase)

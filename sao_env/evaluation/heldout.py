@@ -11,6 +11,15 @@ from sao_env.policy.generate import row_key
 from sao_env.runtime.rollout import play
 from sao_env.scenario import Scenario
 
+EVAL_VERSION = 2
+"""How held-out evaluations are keyed, recorded in every summary (``eval_version``). Version 1
+(runs without the key): the prompts came from the scenario's eval seed and the sampling streams from
+the eval seed and the evaluation's simulated second alone, so every seed of a board drew the same
+samples at a time point and the seed intervals left out the evaluation's own noise. Version 2: the
+prompts and the sampling streams are keyed by the run's seed as well (``Scenario.eval_sets``,
+``evaluate_heldout``): the same for every recipe at one seed (common random numbers for the paired
+comparisons), independent across seeds."""
+
 
 def evaluate_heldout(
     model: PreTrainedModel,
@@ -24,11 +33,12 @@ def evaluate_heldout(
 
     Multi-turn sets also report ``turns`` (mean actions per episode). Tasks that carry a
     ``category`` in their metadata are pooled across sets into ``eval/category/<name>/accuracy``.
-    Sampling and the environments are seeded from the scenario's eval seed and ``eval_key`` (the
-    evaluation's simulated second) alone, so two agents with the same weights at the same evaluation
-    time get the same episodes, whatever their evaluation schedules; each
-    episode has its own sampling stream, so the sets are played together in batches of ``batch_size``
-    without changing any episode.
+    Sampling and the environments are seeded from the scenario's eval seed, the run's seed
+    (``scenario.seed``) and ``eval_key`` (the evaluation's simulated second), so two agents with the
+    same weights at the same seed and evaluation time get the same episodes, whatever their evaluation
+    schedules, and two seeds draw independent streams (``EVAL_VERSION``); each episode has its own
+    sampling stream, so the sets are played together in batches of ``batch_size`` without changing
+    any episode.
     """
     spec = scenario.spec
     jobs = [(set_index, phase, j, task) for set_index, (phase, tasks) in enumerate(scenario.eval_sets.items())
@@ -36,8 +46,8 @@ def evaluate_heldout(
     played = []
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start : start + batch_size]
-        seeds = [spec.eval.seed * 1_000_003 + eval_key * 10_007 + s * 1_009 + j for s, _, j, _ in chunk]
-        keys = [row_key(spec.eval.seed, eval_key, s, j) for s, _, j, _ in chunk]
+        seeds = [row_key(spec.eval.seed, scenario.seed, eval_key, s, j, 1) for s, _, j, _ in chunk]
+        keys = [row_key(spec.eval.seed, scenario.seed, eval_key, s, j, 0) for s, _, j, _ in chunk]
         played += play(model, tokenizer, [task for *_, task in chunk], spec, env_seeds=seeds, row_keys=keys,
                        temperature=spec.eval.temperature)
     out: dict[str, float] = {}

@@ -1,0 +1,68 @@
+"""Held-out evaluation keyed by seed (``EVAL_VERSION`` 2): at one seed every recipe meets the same
+prompts and sampling streams (common random numbers for paired comparisons); two seeds meet
+independent ones, so the seed-to-seed spread of an evaluation metric includes the evaluation's own
+sampling noise."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import sao_env.evaluation.heldout as heldout
+from sao_env.envs.text_env import load_scenario
+from sao_env.evaluation.heldout import EVAL_VERSION, evaluate_heldout
+from sao_env.scenario import Scenario
+
+
+def scenario_at(name: str, seed: int) -> Scenario:
+    base = load_scenario(name)
+    return Scenario(base.spec.model_copy(update={"eval": base.spec.eval.model_copy(update={"prompts_per_phase": 6})}),
+                    seed=seed)
+
+
+def streams(monkeypatch, model, tok, scenario, eval_key):
+    """The (env seed, sampling row key, task id) of every episode one evaluation plays, and its result."""
+    seen = []
+    real_play = heldout.play
+
+    def recording_play(model, tokenizer, tasks, spec, *, env_seeds, row_keys, temperature):
+        seen.extend(zip(env_seeds, row_keys, [t.id for t in tasks]))
+        return real_play(model, tokenizer, tasks, spec, env_seeds=env_seeds, row_keys=row_keys, temperature=temperature)
+
+    monkeypatch.setattr(heldout, "play", recording_play)
+    result = evaluate_heldout(model, tok, scenario, eval_key=eval_key)
+    monkeypatch.setattr(heldout, "play", real_play)
+    return seen, result
+
+
+def test_the_version_is_two():
+    assert EVAL_VERSION == 2
+
+
+@pytest.mark.parametrize("name", ["style-drift", "topic-drift"])
+def test_prompts_are_shared_at_a_seed_and_differ_across_seeds(name):
+    ids = {seed: {p: [str(t.prompt) for t in ts] for p, ts in scenario_at(name, seed).eval_sets.items()} for seed in (0, 1)}
+    again = {p: [str(t.prompt) for t in ts] for p, ts in scenario_at(name, 0).eval_sets.items()}
+    assert ids[0] == again
+    assert any(ids[0][p] != ids[1][p] for p in ids[0])
+
+
+def test_two_recipes_at_one_seed_share_the_streams_and_two_seeds_do_not(monkeypatch, tiny):
+    model, tok = tiny
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    at0, result0 = streams(monkeypatch, model, tok, scenario_at("style-drift", 0), 720)
+    at0_other, _ = streams(monkeypatch, other, tok, scenario_at("style-drift", 0), 720)
+    at0_again, result0_again = streams(monkeypatch, model, tok, scenario_at("style-drift", 0), 720)
+    at1, _ = streams(monkeypatch, model, tok, scenario_at("style-drift", 1), 720)
+    later, _ = streams(monkeypatch, model, tok, scenario_at("style-drift", 0), 1440)
+    assert len(at0) == 18
+    assert at0 == at0_other == at0_again and result0 == result0_again
+    for a, b in ((at0, at1), (at0, later)):
+        assert not {s for s, _, _ in a} & {s for s, _, _ in b}
+        assert not {k for _, k, _ in a} & {k for _, k, _ in b}
+    assert len({k for _, k, _ in at0}) == len(at0) and len({s for s, _, _ in at0}) == len(at0)
