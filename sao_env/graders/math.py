@@ -366,10 +366,15 @@ class MathGradingPool:
         self.restarts += 1
         self._workers[self._workers.index(worker)] = self._spawn()
 
-    def verify_many(self, pairs: Sequence[tuple[str, str]], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Verdict]:
-        """Compare each ``(gold, answer)``; results in input order."""
+    def verify_many(self, pairs: Sequence[tuple[str, str]],
+                    timeout_s: float | Sequence[float] = DEFAULT_TIMEOUT_S) -> list[Verdict]:
+        """Compare each ``(gold, answer)``; results in input order. ``timeout_s`` is every pair's
+        limit, or one limit per pair."""
         if not pairs:
             return []
+        limits = [float(timeout_s)] * len(pairs) if isinstance(timeout_s, (int, float)) else [float(t) for t in timeout_s]
+        if len(limits) != len(pairs):
+            raise ValueError(f"{len(limits)} timeouts for {len(pairs)} pairs")
         with self._lock:
             self._ensure_workers()
             results: list[Verdict | None] = [None] * len(pairs)
@@ -387,7 +392,7 @@ class MathGradingPool:
                             self._replace(worker)
                             break
                         now = time.monotonic()
-                        busy[worker] = (job, now, now + timeout_s)
+                        busy[worker] = (job, now, now + limits[job])
                 if not busy:
                     continue
                 nearest = min(deadline for _, _, deadline in busy.values())
@@ -456,24 +461,27 @@ def gold_answer(task: Task | str) -> str:
 
 def grade_math_batch(
     pairs: Iterable[tuple[Task | str, str]],
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | Sequence[float] = DEFAULT_TIMEOUT_S,
     *,
     workers: int | None = None,
     fallback: Fallback = "none",
 ) -> list[GradeResult]:
     """Grade ``(task or gold answer, response)`` pairs in parallel; one GradeResult per pair, in order.
 
-    ``fallback`` names the extraction rule (module docstring; default: the last box only).
+    ``fallback`` names the extraction rule (module docstring; default: the last box only);
+    ``timeout_s`` is each comparison's limit, or one limit per pair.
     ``details``: ``extracted`` (None when nothing was found), ``extraction`` (how), ``gold``,
     ``verdict`` (``correct``/``wrong``), ``reason``, ``grader`` (``math-verify``); no wall-clock
     figure, so that a run's episode log stays byte-identical for its seed.
     """
     items = [(gold_answer(task), response) for task, response in pairs]
+    limits = [timeout_s] * len(items) if isinstance(timeout_s, (int, float)) else list(timeout_s)
     extracted = [extract_answer(response, fallback) for _, response in items]
     too_long = {i for i, (answer, _) in enumerate(extracted) if answer is not None and len(answer) > MAX_ANSWER_CHARS}
     jobs = [(i, gold, answer) for i, ((gold, _), (answer, _)) in enumerate(zip(items, extracted))
             if answer is not None and i not in too_long]
-    verdicts = get_pool(workers).verify_many([(gold, answer) for _, gold, answer in jobs], timeout_s) if jobs else []
+    verdicts = (get_pool(workers).verify_many([(gold, answer) for _, gold, answer in jobs], [limits[i] for i, _, _ in jobs])
+                if jobs else [])
     by_index: dict[int, Verdict] = {i: v for (i, _, _), v in zip(jobs, verdicts)}
     results = []
     for i, ((gold, _), (answer, how)) in enumerate(zip(items, extracted)):
