@@ -9,6 +9,7 @@ A grid is data, a YAML file (``leaderboards/ablations/grid.yaml`` is one)::
     metric: online_reward                    # optional: the metric ranked, tested and drawn
     test: sign-flip                          # optional: the paired test, sign-flip (exact) or t (paired t-test)
     contrasts: [sao - grpo]                  # optional: named pairs of rows, tested beside the baseline's
+    post_hoc: [running_mean - sao]           # optional: pairs chosen after reading the results (Holm over all pairs)
     cut: [env.phases.0.duration_h=0.1]       # optional: overrides applied to every run, stated in the outputs
     axes:                                    # optional: key -> values; cells are rows x the product of the axes
       env.latency.task_sigma: [0.0, 0.5, 1.0]
@@ -32,6 +33,9 @@ Outputs (``write_grid``), into a folder of their own:
   the baseline row at the same axis point, plus, on the grid's metric, the minimum detectable
   difference, the paired tests' p-values, the supported ranks and the collapse count
   (``sao_env.leaderboard.maps.aggregate``);
+- ``<scenario>-contrasts.csv``: with ``contrasts:`` or ``post_hoc:``, each named pair's paired
+  difference per axis point, its family (``planned`` or ``post hoc``) and its tests
+  (``sao_env.leaderboard.maps.contrasts``);
 - ``<scenario>.md``: the grid, the cut, the seeds, n, the command that reproduces it and the table;
 - ``map.png``: the figure (``maps.plot_map``); ``grid.json``: what the site reads (``maps_section``);
   ``grid.log``: the progress lines of the command that made them;
@@ -111,7 +115,11 @@ class GridSpec(BaseModel):
     metric: str = DEFAULT_METRIC
     test: Literal["sign-flip", "t"] = "sign-flip"
     contrasts: list[str] = []
-    """Named pairs ``"a - b"`` of row labels tested beside every row against the baseline."""
+    """Named pairs ``"a - b"`` of row labels tested beside every row against the baseline, planned
+    before the runs: Holm's correction runs over these contrasts at each axis point."""
+    post_hoc: list[str] = []
+    """Named pairs ``"a - b"`` chosen after the results were read: their own family, Holm-corrected
+    over every pair of rows at the axis point (Holm 1979), and labelled post hoc in every output."""
     show: list[str] = []
     """Metrics of the runs' summaries shown beside the grid's metric in the Markdown and on the site
     (per cell the mean ± CI and each row's paired difference to the baseline); every metric's figures
@@ -170,21 +178,32 @@ class GridSpec(BaseModel):
         for key in self.axes:
             if key in set_by:
                 raise ValueError(f"axis {key} is also set by the {set_by[key]}; a key is either an axis or fixed")
-        for text in self.contrasts:
-            parts = [x.strip() for x in text.split(" - ")]
-            if len(parts) != 2 or not all(parts):
-                raise ValueError(f"contrasts: {text!r} is not 'a - b' (two row labels around ' - ')")
-            for label in parts:
-                if label not in labels:
-                    raise ValueError(f"contrasts: {label!r} is not a row label ({', '.join(labels)})")
-            if parts[0] == parts[1]:
-                raise ValueError(f"contrasts: {text!r} compares a row with itself")
+        named: dict[frozenset, str] = {}
+        for key, texts in (("contrasts", self.contrasts), ("post_hoc", self.post_hoc)):
+            for text in texts:
+                parts = [x.strip() for x in text.split(" - ")]
+                if len(parts) != 2 or not all(parts):
+                    raise ValueError(f"{key}: {text!r} is not 'a - b' (two row labels around ' - ')")
+                for label in parts:
+                    if label not in labels:
+                        raise ValueError(f"{key}: {label!r} is not a row label ({', '.join(labels)})")
+                if parts[0] == parts[1]:
+                    raise ValueError(f"{key}: {text!r} compares a row with itself")
+                pair = frozenset(parts)
+                if pair in named:
+                    raise ValueError(f"{key}: {text!r} names the same pair of rows as {named[pair]}")
+                named[pair] = f"{key} {text!r}"
         return self
 
     @property
     def contrast_pairs(self) -> list[tuple[str, str]]:
         """The contrasts as ``(a, b)`` label pairs, in the file's order."""
         return [tuple(x.strip() for x in text.split(" - ")) for text in self.contrasts]  # type: ignore[misc]
+
+    @property
+    def post_hoc_pairs(self) -> list[tuple[str, str]]:
+        """The post-hoc contrasts as ``(a, b)`` label pairs, in the file's order."""
+        return [tuple(x.strip() for x in text.split(" - ")) for text in self.post_hoc]  # type: ignore[misc]
 
     @property
     def axis_values(self) -> dict[str, list[str]]:
@@ -492,7 +511,8 @@ def grid_table(grid: Grid, *, ledger: Ledger | None = None, code: dict | None = 
 def finished_part(grid: Grid, ledger: Ledger | None = None) -> tuple[Grid, dict[str, tuple[int, int]]]:
     """What ``--tables-only`` writes from: the grid narrowed to the rows whose every run finished (its
     run directory holds ``summary.json``, else the ``ledger`` records it, whatever code made it), and
-    the rows left out as ``{label: (finished, planned)}``. Contrasts naming a row left out are dropped.
+    the rows left out as ``{label: (finished, planned)}``. Contrasts (planned or post hoc) naming a row
+    left out are dropped.
     The tables pair every row with the baseline, so an unfinished baseline is a UserError."""
     finished: dict[str, int] = {r.label: 0 for r in grid.spec.rows}
     planned: dict[str, int] = {r.label: 0 for r in grid.spec.rows}
@@ -510,7 +530,9 @@ def finished_part(grid: Grid, ledger: Ledger | None = None) -> tuple[Grid, dict[
     spec = grid.spec.model_copy(update={
         "rows": [r for r in grid.spec.rows if r.label not in left_out],
         "contrasts": [text for text, pair in zip(grid.spec.contrasts, grid.spec.contrast_pairs)
-                      if not set(pair) & set(left_out)]})
+                      if not set(pair) & set(left_out)],
+        "post_hoc": [text for text, pair in zip(grid.spec.post_hoc, grid.spec.post_hoc_pairs)
+                     if not set(pair) & set(left_out)]})
     return Grid(spec, grid.source, tuple(r for r in grid.runs if r.row not in left_out)), left_out
 
 
@@ -527,7 +549,8 @@ def output_files(grid: Grid, out: Path) -> list[Path]:
     files = [out / maps.PER_SEED]
     for s in grid.spec.scenarios:
         name = _scenario_name(grid, s)
-        files += [out / f"{name}.csv", out / f"{name}.md"] + ([out / f"{name}-contrasts.csv"] if grid.spec.contrasts else [])
+        named = grid.spec.contrasts or grid.spec.post_hoc
+        files += [out / f"{name}.csv", out / f"{name}.md"] + ([out / f"{name}-contrasts.csv"] if named else [])
     return files + [out / maps.FIGURE, out / maps.MANIFEST, out / maps.LOG, out / LEDGER]
 
 
@@ -602,9 +625,9 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
             paths[f"{name}.csv"] = out / f"{name}.csv"
             agg.to_csv(paths[f"{name}.csv"], index=False, float_format="%.6g")
             pairs = None
-            if spec.contrasts:
+            if spec.contrasts or spec.post_hoc:
                 pairs = maps.contrasts(mine, axes=grid.axes, pairs=spec.contrast_pairs, metric=metric,
-                                       points=grid.points, test=spec.test)
+                                       points=grid.points, test=spec.test, post_hoc=spec.post_hoc_pairs, rows=labels)
                 paths[f"{name}-contrasts.csv"] = out / f"{name}-contrasts.csv"
                 pairs.to_csv(paths[f"{name}-contrasts.csv"], index=False, float_format="%.6g")
             paths[f"{name}.md"] = out / f"{name}.md"
@@ -617,7 +640,8 @@ def write_grid(grid: Grid, table: pd.DataFrame, out: Path, *, command: str, figu
         paths["manifest"] = out / maps.MANIFEST
         manifest = {"title": spec.title or f"Grid {grid.source}", "grid": str(grid.source), "scenarios": scenarios,
                     "rows": [r.model_dump() for r in spec.rows], "axes": grid.axes, "axis_values": spec.axis_values,
-                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts, "show": spec.show,
+                    "cut": spec.cut, "seeds": spec.seeds, "baseline": spec.baseline, "metric": metric, "test": spec.test, "contrasts": spec.contrasts, "post_hoc": spec.post_hoc,
+                    "show": spec.show,
                     "figure": figure, "figure_caption": figure_caption(grid, figure, lines), "command": command,
                     "runs": len(grid.runs), "per_seed": maps.PER_SEED}
         if left_out:
@@ -675,8 +699,11 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "(mean ± half-width of the 95% Student-t interval of the per-seed differences)",
               f"- **metric**: {title} (`{spec.metric}`); cells are mean ± half-width of the 95% Student-t interval over "
               "seeds",
-              "- **detectable at n**: the minimum detectable paired difference to the baseline at the cell's n "
-              "(80% power, two-sided α 0.05, from the observed sd of the paired differences; docs/leaderboard.md)",
+              "- **detectable at n**: the minimum detectable paired difference to the baseline at the cell's n under "
+              "the table's rule: 80% power at α/m, Holm's most stringent step over the m rows' comparisons with the "
+              "baseline at the axis point (two-sided α 0.05, from the observed sd of the paired differences; `none`: "
+              "the test cannot reach α after Holm at that n; docs/leaderboard.md). It is what a cell can resolve, not "
+              "a bound on a difference it leaves unresolved",
               "- **p vs baseline (Holm), rank**: " + ("exact sign-flip permutation test" if spec.test == "sign-flip" else
                                                        "paired t-test (the grid's `test: t`)")
               + " of each row's paired differences to the baseline, Holm-corrected over the rows' comparisons with the baseline at the axis point; a rank is a tie "
@@ -695,12 +722,28 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
                   f"difference to {spec.baseline} ± 95% CI. Every metric's figures: `{scenario}.csv`.", ""]
         header, body = maps.metrics_table(agg, axes=grid.axes, baseline=spec.baseline, metrics=spec.show)
         lines += maps.markdown_table(header, body)
-    if contrasts is not None and not contrasts.empty:
+    families = maps.contrast_families(contrasts)
+    if maps.PLANNED in families:
         lines += ["", "## Contrasts", "",
-                  f"The grid's named comparisons ({', '.join(spec.contrasts)}): a minus b at the same axis point, "
-                  f"paired by seed; p Holm-corrected over the {len(spec.contrasts)} contrasts at the axis point. Every "
-                  f"metric's contrast: `{scenario}-contrasts.csv`.", ""]
-        header, body = maps.contrasts_display(contrasts, axes=grid.axes, metric=spec.metric, test=spec.test)
+                  f"The grid's named comparisons, planned before the runs ({', '.join(spec.contrasts)}): a minus b at "
+                  f"the same axis point, paired by seed; p Holm-corrected over the {len(spec.contrasts)} contrasts at "
+                  f"the axis point; detectable at n: 80% power at α/{len(spec.contrasts)}, Holm's most stringent step. "
+                  "Every metric's contrast: "
+                  f"`{scenario}-contrasts.csv`.", ""]
+        header, body = maps.contrasts_display(families[maps.PLANNED], axes=grid.axes, metric=spec.metric,
+                                              test=spec.test)
+        lines += maps.markdown_table(header, body)
+    if maps.POST_HOC in families:
+        k = len(spec.rows)
+        lines += ["", "## Post-hoc contrasts", "",
+                  f"Comparisons chosen after the results were read ({', '.join(spec.post_hoc)}): post hoc, so they are "
+                  f"not counted with the planned contrasts but corrected as their own family over every pair of the "
+                  f"{k} rows at the axis point ({k * (k - 1) // 2} comparisons, Holm; the family the ranks use), "
+                  f"whichever pairs are named; detectable at n: 80% power at α/{k * (k - 1) // 2}. A minus b at the same "
+                  f"axis point, paired by seed; every metric's contrast: `{scenario}-contrasts.csv` (family "
+                  "`post hoc`).", ""]
+        header, body = maps.contrasts_display(families[maps.POST_HOC], axes=grid.axes, metric=spec.metric,
+                                              test=spec.test)
         lines += maps.markdown_table(header, body)
     lines += ["", f"Generated on {date.today().isoformat()}."]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,7 @@ from scipy import stats as sps
 from conftest import shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
-from sao_env.grid import (LEDGER, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
+from sao_env.grid import (LEDGER, Grid, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
                           run_grid, write_grid)
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
@@ -202,8 +202,9 @@ def test_aggregate_matches_numpy_on_a_hand_made_table():
         assert cell["online_reward_diff"] == pytest.approx(d.mean())
         assert cell["online_reward_diff_ci95"] == pytest.approx(t * d.std(ddof=1) / 2)
         assert cell["online_reward_diff_n"] == 4
-        # MDE = (t(0.975, 3) + t(0.8, 3)) * sd / sqrt(4)
-        assert cell["mde"] == pytest.approx((t + sps.t.ppf(0.8, 3)) * d.std(ddof=1) / 2)
+        # Two comparisons with the baseline at the point: the sign-flip test's smallest p at 4 seeds,
+        # 2/16, is above Holm's first step 0.05/2, so no difference is detectable at this n.
+        assert cell["mde"] == math.inf
         # 4 seeds, every difference of one sign: the exact sign-flip p is 2 / 16; Holm over 3 pairs
         assert cell["p"] == pytest.approx(0.125)
     assert list(agg["collapses"]) == [0, 0, 1, 0, 0, 1] and set(agg["collapse_checked"]) == {4}
@@ -279,7 +280,7 @@ def test_the_aggregate_is_the_per_seed_table_by_numpy(made):
             d = v - base["online_reward"].to_numpy()
             assert cell["online_reward_diff"] == pytest.approx(d.mean(), abs=1e-6)
             assert cell["online_reward_diff_ci95"] == pytest.approx(t * d.std(ddof=1) / math.sqrt(2), abs=1e-5)
-            assert cell["mde"] == pytest.approx((t + sps.t.ppf(0.8, 1)) * d.std(ddof=1) / math.sqrt(2), abs=1e-5)
+            assert cell["mde"] == math.inf  # 2 seeds: the sign-flip test's smallest p is 0.5
     md = paths["style-drift.md"].read_text()
     assert "`sao-env grid " in md and "`env.latency.task_sigma` in {0.0, 1.0}" in md
     assert "- **seeds**: 0, 1; n per cell: 2" in md and "`env.phases.0.duration_h=0.01`" in md
@@ -656,6 +657,75 @@ def test_a_grid_can_test_with_the_paired_t_test():
     assert "p vs base (paired t, Holm)" in header
     with pytest.raises(ValidationError, match="test"):
         GridSpec(scenarios=["s"], seeds=[0], baseline="a", rows=[{"label": "a", "agent": "sao"}], test="wilcoxon")
+
+
+def test_the_detectable_difference_is_stated_for_the_comparisons_with_the_baseline():
+    """hand_table with the paired t-test (no floor): 2 comparisons with the baseline at each point, so
+    MDE = (t(1 - 0.05/4, 3) + t(0.8, 3)) * sd / sqrt(4), and the table prints it."""
+    table = hand_table()
+    agg = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward", test="t")
+    for _, cell in agg[agg["row"] != "a"].iterrows():
+        def seeds(label):
+            return table[(table["x"] == cell["x"]) & (table["row"] == label)].sort_values("seed")["online_reward"].to_numpy()
+        sd = (seeds(cell["row"]) - seeds("a")).std(ddof=1)
+        assert cell["mde"] == pytest.approx((sps.t.ppf(1 - 0.0125, 3) + sps.t.ppf(0.8, 3)) * sd / 2)
+    header, body = maps.display_table(agg, axes=["x"], baseline="a", metric="online_reward", test="t")
+    assert body[1][header.index("detectable at n")] == f"{agg.loc[1, 'mde']:.3f}"
+    flip = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
+    header, body = maps.display_table(flip, axes=["x"], baseline="a", metric="online_reward")
+    assert body[1][header.index("detectable at n")] == "none"
+
+
+def _ordered_rows(seeds: int = 7) -> pd.DataFrame:
+    """Four rows, each above the last on every seed (noise far smaller than the steps of 0.1)."""
+    noise = [0.0, 0.003, -0.002, 0.001, -0.003, 0.002, -0.001, 0.0025]
+    return pd.DataFrame([{"scenario": "s", "row": label, "seed": seed, "config_hash": label, "code_version": "v",
+                          "run_dir": "", "agent": label, "overrides": "", "collapsed": 0.0,
+                          "online_reward": 0.3 + seed * 0.01 + shift + noise[(seed + k) % 8]}
+                         for k, (label, shift) in enumerate((("base", 0.0), ("b", 0.1), ("c", 0.2), ("d", 0.3)))
+                         for seed in range(seeds)])
+
+
+def test_post_hoc_contrasts_are_their_own_family_and_say_so_everywhere(tmp_path):
+    """7 seeds, every row above the last on every seed: every exact sign-flip p is 2/2^7 = 0.015625.
+    The planned contrast c - b is alone in its family: Holm p 0.015625, supported. The post-hoc d - b is
+    corrected over every pair of the 4 rows: 6 x 0.015625 = 0.09375, not supported, whatever else is
+    named; and at 7 seeds the sign-flip test cannot reach 0.05/6 (2/128 > 0.00833): no detectable
+    difference. The label "post hoc" is in the CSV, the Markdown and the site."""
+    spec = GridSpec(title="post hoc", scenarios=["s"], seeds=list(range(7)), baseline="base",
+                    rows=[{"label": x, "agent": x} for x in ("base", "b", "c", "d")],
+                    contrasts=["c - b"], post_hoc=["d - b"])
+    grid = Grid(spec, Path("grid.yaml"), ())
+    table = _ordered_rows()
+    out = tmp_path / "board" / "posthoc"
+    paths = write_grid(grid, table, out, command="sao-env grid grid.yaml")
+    named = pd.read_csv(paths["s-contrasts.csv"])
+    assert list(zip(named["contrast"], named["family"], named["family_size"])) == [
+        ("c − b", "planned", 1), ("d − b", "post hoc", 6)]
+    planned, post = named.iloc[0], named.iloc[1]
+    assert planned["p"] == pytest.approx(2 / 128) and planned["p_holm"] == pytest.approx(2 / 128)
+    assert post["p"] == pytest.approx(2 / 128) and post["p_holm"] == pytest.approx(6 * 2 / 128)
+    d = (table[table["row"] == "c"]["online_reward"].to_numpy() - table[table["row"] == "b"]["online_reward"].to_numpy())
+    assert planned["mde"] == pytest.approx((sps.t.ppf(0.975, 6) + sps.t.ppf(0.8, 6)) * d.std(ddof=1) / math.sqrt(7))
+    assert post["mde"] == math.inf
+    md = paths["s.md"].read_text()
+    planned_md, post_md = md.split("## Contrasts")[1].split("## Post-hoc contrasts")
+    assert "d − b" not in planned_md and "| c − b | " in planned_md and "| 0.0156 |" in planned_md
+    assert "post hoc" in post_md and "every pair of the 4 rows at the axis point (6 comparisons, Holm" in post_md
+    assert "| d − b (post hoc) | " in post_md and "| none | 0.0938 |" in post_md
+    assert json.loads(paths["manifest"].read_text())["post_hoc"] == ["d - b"]
+    page = write_site(tmp_path / "board", generator="test").read_text()
+    assert "s: post-hoc contrasts</b> (d - b; chosen after the results were read: post hoc" in page
+    assert ">d − b (post hoc)</td>" in page and "Holm over every pair of rows: post hoc" in page
+    assert "s: contrasts</b> (c - b)" in page
+
+
+def test_a_pair_is_either_planned_or_post_hoc():
+    rows = [{"label": x, "agent": x} for x in ("a", "b")]
+    with pytest.raises(ValidationError, match="post_hoc: 'b - a' names the same pair of rows as contrasts 'a - b'"):
+        GridSpec(scenarios=["s"], seeds=[0], baseline="a", rows=rows, contrasts=["a - b"], post_hoc=["b - a"])
+    with pytest.raises(ValidationError, match="post_hoc: 'c' is not a row label"):
+        GridSpec(scenarios=["s"], seeds=[0], baseline="a", rows=rows, post_hoc=["a - c"])
 
 
 def test_named_contrasts_are_paired_differences_with_holm_over_the_contrasts():

@@ -14,9 +14,11 @@ import pytest
 from scipy import stats as sps
 
 from sao_env.evaluation.collapse import collapse_record, phase_collapse, rolling_mean, run_collapse
-from sao_env.leaderboard.stats import (format_rank, holm, min_detectable_difference, pairwise, pooled_sd, rank_ranges,
-                                       paired_pvalue, paired_t_pvalue, seeds_for_difference, sign_flip_pvalue,
-                                       smallest_p, supported_leader)
+from sao_env.leaderboard.stats import (format_mde, format_rank, holm, min_detectable_difference, min_seeds, pairwise,
+                                       pooled_sd, rank_ranges, paired_pvalue, paired_t_pvalue, seeds_for_difference,
+                                       sign_flip_pvalue, smallest_p, supported_leader)
+from sao_env.leaderboard.summary import metric_table, reading
+from sao_env.leaderboard.tables import board_power, power_fact
 from sao_env.leaderboard.tables import NO_COLLAPSE, board_from_records, leaderboard_frame, markdown
 
 NAN = float("nan")
@@ -28,15 +30,15 @@ NAN = float("nan")
 def test_min_detectable_difference_by_hand():
     # n=4, sd of the paired differences 0.1: t(0.975, 3) = 3.182446, t(0.8, 3) = 0.978472,
     # (3.182446 + 0.978472) * 0.1 / sqrt(4) = 4.160918 * 0.05 = 0.208046
-    assert min_detectable_difference(0.1, 4) == pytest.approx(0.208046, abs=1e-6)
+    assert min_detectable_difference(0.1, 4, test="t") == pytest.approx(0.208046, abs=1e-6)
     # n=3, sd 0.056 (sao - grpo on style-drift, issue 20): t(.975, 2) = 4.302653, t(.8, 2) = 1.060660,
     # 5.363313 * 0.056 / sqrt(3) = 0.300346 / 1.732051 = 0.173405
-    assert min_detectable_difference(0.056, 3) == pytest.approx(0.173405, abs=1e-6)
+    assert min_detectable_difference(0.056, 3, test="t") == pytest.approx(0.173405, abs=1e-6)
 
 
 def test_min_detectable_difference_boundaries_and_invariance():
     assert math.isnan(min_detectable_difference(0.1, 1)) and math.isnan(min_detectable_difference(NAN, 5))
-    assert min_detectable_difference(0.0, 5) == 0.0
+    assert min_detectable_difference(0.0, 6) == 0.0
     # linear in the spread
     assert min_detectable_difference(0.3, 7) == pytest.approx(3 * min_detectable_difference(0.1, 7))
     # at large n it is the normal formula (1.959964 + 0.841621) * sd / sqrt(n)
@@ -48,7 +50,7 @@ def test_power_at_the_detectable_difference_against_the_noncentral_t(n):
     # Reference: the exact power of the two-sided paired t-test at the stated difference,
     # P(|T| > t_crit) with T non-central t (df n-1, non-centrality delta * sqrt(n) / sd).
     # The t-quantile formula is an approximation that undershoots 80% slightly at few seeds.
-    delta = min_detectable_difference(1.0, n)
+    delta = min_detectable_difference(1.0, n, test="t")
     crit = sps.t.ppf(0.975, n - 1)
     nc = delta * math.sqrt(n)
     power = 1 - sps.nct.cdf(crit, n - 1, nc) + sps.nct.cdf(-crit, n - 1, nc)
@@ -63,7 +65,50 @@ def test_seeds_for_a_difference():
     assert seeds_for_difference(0.056, 0.05) == 12
     # boundary: a difference exactly the MDE at n is detectable at n
     assert seeds_for_difference(0.1, min_detectable_difference(0.1, 9)) == 9
-    assert seeds_for_difference(NAN, 0.05) is None and seeds_for_difference(0.0, 0.05) == 2
+    assert seeds_for_difference(NAN, 0.05) is None and seeds_for_difference(0.0, 0.05, test="t") == 2
+    assert seeds_for_difference(0.0, 0.05) == 6  # one comparison: the sign-flip test needs 2/2^n <= 0.05
+
+
+def test_the_detectable_difference_is_stated_at_holms_first_step_by_hand():
+    # n=10, m=6, sd 0.1: alpha/m = 0.05/6, so the two-sided quantile is t(1 - 0.05/12, 9) = 3.364203;
+    # t(0.8, 9) = 0.883404; (3.364203 + 0.883404) * 0.1 / sqrt(10) = 4.247607 * 0.031623 = 0.134321.
+    # Uncorrected: (t(0.975, 9) = 2.262157 + 0.883404) * 0.031623 = 0.099471; ratio 4.247607 / 3.145561 = 1.350350.
+    holm6 = min_detectable_difference(0.1, 10, m=6)
+    one = min_detectable_difference(0.1, 10)
+    assert holm6 == pytest.approx(0.134321, abs=1e-6) and one == pytest.approx(0.099471, abs=1e-6)
+    assert holm6 / one == pytest.approx(1.350350, abs=1e-5)
+    # m=14 (the ablation board): t(1 - 0.05/28, 9) = 3.908770; (3.908770 + 0.883404) / 3.145561 = 1.523472
+    assert min_detectable_difference(0.1, 10, m=14) / one == pytest.approx(1.523472, abs=1e-5)
+    # The same quantiles from scipy, computed here on their own: the formula at alpha / m.
+    for n, m in ((10, 6), (12, 14), (5, 7)):
+        expected = (sps.t.ppf(1 - 0.05 / m / 2, n - 1) + sps.t.ppf(0.8, n - 1)) * 0.1 / math.sqrt(n)
+        assert min_detectable_difference(0.1, n, m=m, test="t") == pytest.approx(expected, rel=1e-12)
+    # A larger family never makes a difference easier to detect.
+    assert all(min_detectable_difference(0.1, 12, m=m) < min_detectable_difference(0.1, 12, m=m + 1)
+               for m in range(1, 20))
+
+
+def test_the_sign_flip_test_has_no_detectable_difference_below_its_floor():
+    # The exact test's smallest p is 2/2^n. Over m=6 comparisons Holm's first step is 0.05/6 = 0.008333:
+    # 2/2^7 = 0.015625 > 0.008333 >= 2/2^8 = 0.0078125, so 8 seeds are the fewest.
+    assert min_seeds(6) == 8 and min_seeds(1) == 6 and min_seeds(14) == 10 and min_seeds(7, test="t") == 2
+    assert smallest_p(7) > 0.05 / 6 >= smallest_p(8)
+    assert min_detectable_difference(0.1, 7, m=6) == math.inf and format_mde(math.inf) == "none"
+    at8 = min_detectable_difference(0.1, 8, m=6)
+    assert math.isfinite(at8) and at8 == pytest.approx(min_detectable_difference(0.1, 8, m=6, test="t"))
+    assert math.isfinite(min_detectable_difference(0.1, 7, m=6, test="t"))  # the t-test has no floor
+    assert format_mde(NAN) == "n/a" and format_mde(0.12345) == "0.123"
+
+
+def test_seeds_for_a_difference_under_holm_and_the_floor():
+    # sd 0.056, m=6: at n=18 (t(1 - 0.05/12, 17) = 2.984042 + t(0.8, 17) = 0.863279) * 0.056 / sqrt(18) = 0.050782 > 0.05;
+    # at n=19 (2.962735 + 0.862049) * 0.056 / sqrt(19) = 0.049138 <= 0.05: 19 seeds (12 for one comparison).
+    assert seeds_for_difference(0.056, 0.05, m=6) == 19
+    # sd 0.01, m=6: the t-test's formula needs 4 seeds ((6.231543 + 0.978472) * 0.01 / 2 = 0.036050 <= 0.05,
+    # at n=3 (10.885867 + 1.060660) * 0.01 / sqrt(3) = 0.068973 > 0.05), but the sign-flip test cannot
+    # reach 0.05/6 below 8 seeds: 8.
+    assert seeds_for_difference(0.01, 0.05, m=6, test="t") == 4
+    assert seeds_for_difference(0.01, 0.05, m=6) == 8
 
 
 def test_pooled_sd_by_hand():
@@ -312,3 +357,70 @@ def test_boards_count_collapses_and_report_means_without_them():
     assert "- **collapses**: sao: 1 of 3; grpo: 0 of 2." in md
     assert "| 1–2 | sao | 3 (0, 1, 2) | 0.400 ± 0.657 | 0.550 ± 0.635 | 1 of 3 |" in md
     assert np.isnan(leaderboard_frame([{"agent": "x", "seed": 0, "online_reward": 0.1}]).get("collapses", NAN))
+
+
+def _board(table: dict[str, list[float]], collapsed: dict[tuple[str, int], float] | None = None):
+    collapsed = collapsed or {}
+    records = [{"agent": label, "label": label, "seed": seed, "online_reward": v,
+                "collapsed": collapsed.get((label, seed), 0.0)}
+               for label, values in table.items() for seed, v in enumerate(values)]
+    return board_from_records("hand", records, [], source="test")
+
+
+# a beats b and c on all 8 seeds; b and c are a tie (signs mixed).
+EIGHT = {"a": [0.9, 0.8, 0.85, 0.95, 0.7, 0.75, 0.88, 0.92],
+         "b": [0.5, 0.6, 0.4, 0.55, 0.45, 0.52, 0.58, 0.47],
+         "c": [0.52, 0.55, 0.45, 0.5, 0.5, 0.49, 0.6, 0.44]}
+
+
+def test_without_collapses_the_collapsed_runs_table_ranks_as_the_main_table():
+    board = _board(EIGHT)
+    main = board.comparisons("online_reward")
+    kept = board.comparisons(NO_COLLAPSE)
+    assert [(c.a, c.b, c.n, c.p_holm, c.winner) for c in kept] == [(c.a, c.b, c.n, c.p_holm, c.winner) for c in main]
+    assert [c.winner for c in main] == ["a", "a", None]  # 2/256 * 3 = 0.0234 for a's pairs
+    assert board_power(board, NO_COLLAPSE) == board_power(board, "online_reward")
+    assert board.supported_best(NO_COLLAPSE) == "a"
+    table = "\n".join(metric_table([board], NO_COLLAPSE))
+    assert "#1 of 3" in table and "#2–3 of 3" in table and "n/a" not in table
+
+
+def test_the_collapsed_runs_table_is_tested_on_the_runs_that_did_not_collapse():
+    board = _board(EIGHT, collapsed={("a", 0): 1.0})
+    kept = {(c.a, c.b): c for c in board.comparisons(NO_COLLAPSE)}
+    assert kept[("a", "b")].n == 7 and kept[("b", "c")].n == 8
+    # a - b over seeds 1-7 only: .8-.6, .85-.4, .95-.55, .7-.45, .75-.52, .88-.58, .92-.47
+    assert kept[("a", "b")].mean == pytest.approx(np.mean([0.2, 0.45, 0.4, 0.25, 0.23, 0.3, 0.45]))
+    # 7 seeds: 2/128 * 3 = 0.047 for a's pairs, still below 0.05
+    assert kept[("a", "b")].p_holm == pytest.approx(3 * 2 / 128)
+
+
+def test_the_power_fact_states_the_holm_level_and_the_floor():
+    board = _board(EIGHT)
+    power = board_power(board)
+    sd, n = power["sd"], power["n"]
+    assert (n, power["m"], power["min_n"]) == (8, 3, 7)
+    assert power["mde"] == pytest.approx((sps.t.ppf(1 - 0.05 / 6, 7) + sps.t.ppf(0.8, 7)) * sd / math.sqrt(8))
+    text = power_fact(board)
+    assert "Holm over its 3 comparisons" in text and "α/3 = 0.0167, Holm's most stringent step" in text
+    assert "t(1 − α/6, 7)" in text and "from 7 seeds" in text and "not a bound" in text
+    few = _board({k: v[:6] for k, v in EIGHT.items()})
+    assert board_power(few)["mde"] == math.inf
+    assert power_fact(few).startswith("none in online reward at n=6 seeds: the sign-flip test cannot reach α after Holm")
+
+
+def test_the_summary_lists_every_supported_order_not_only_leaders():
+    """A codebase-drift-like board: a and b each beat c on all 8 seeds (Holm p 3 x 2/256 = 0.0234, the
+    smaller two of three), a - b a tie: no leader, two supported orders. The reading names them."""
+    table = {"a": [0.30, 0.25, 0.28, 0.33, 0.27, 0.31, 0.26, 0.29],
+             "b": [0.29, 0.27, 0.26, 0.34, 0.25, 0.32, 0.27, 0.28],
+             "c": [0.20, 0.18, 0.21, 0.22, 0.19, 0.20, 0.21, 0.17]}
+    board = _board(table)
+    board.env = "codebase-drift"
+    tie = _board({"a": [0.5] * 4, "b": [0.4, 0.6, 0.5, 0.45], "c": [0.5, 0.4, 0.6, 0.55]})
+    tie.env = "style-drift"
+    assert board.supported_best("online_reward") is None
+    text = reading([tie, board])
+    assert "codebase-drift a > c (Holm p 0.023), b > c (Holm p 0.023)" in text
+    assert "every other pair is a tie, and on style-drift every pair is." in text
+    assert "everywhere else the order is a tie" not in text

@@ -11,13 +11,19 @@ boards (``sao_env.leaderboard.stats``, ``sao_env.evaluation.stats``):
 - per cell and metric, the difference to the *baseline* row at the same axis point, paired by
   seed (``paired_difference``: the Student-t interval of the per-seed differences);
 - on the grid's metric, per cell, the minimum detectable paired difference to the baseline at the
-  cell's n (``min_detectable_difference``, 80 % power, two-sided α 0.05), the paired test's p of
-  that difference (the exact sign-flip test, or the paired t-test where the grid says ``test: t``)
+  cell's n under the table's rule (``min_detectable_difference``: 80 % power at α/m, Holm's most
+  stringent step over the m comparisons with the baseline at the axis point; ``inf``, shown as
+  ``none``, where the test cannot reach that level at that n), the paired test's p of that
+  difference (the exact sign-flip test, or the paired t-test where the grid says ``test: t``)
   before and after Holm's correction over the pairs of rows compared at the axis point,
   and the rank range that those tests support among the rows at the axis point (``rank_ranges``:
   ``2–3`` is a tie);
 - per cell, the runs that collapsed (``collapsed`` of the per-seed rows, the rule of
-  ``sao_env.evaluation.collapse``).
+  ``sao_env.evaluation.collapse``);
+- the grid's named pairs of rows (``contrasts``): the planned ones, Holm over the planned contrasts
+  at the axis point, and the post-hoc ones (chosen after the results were read), Holm over every
+  pair of rows at the axis point, the family the ranks use, so that picking a pair after seeing
+  the data is paid for in full (Holm 1979), and labelled ``post hoc`` wherever they are shown.
 """
 
 from __future__ import annotations
@@ -32,9 +38,12 @@ from typing import Any
 import pandas as pd
 
 from sao_env.evaluation.stats import mean_ci95, paired_difference
-from sao_env.leaderboard.stats import format_rank, holm, pairwise, rank_ranges
+from sao_env.leaderboard.stats import format_mde, format_rank, holm, min_detectable_difference, pairwise, rank_ranges
 from sao_env.leaderboard.tables import column_format, finite_float, format_cell, format_difference, format_p
 
+PLANNED = "planned"
+POST_HOC = "post hoc"
+"""The two families of named contrasts (``contrasts``' ``family`` column)."""
 MANIFEST = "grid.json"
 """The file that marks a folder as a grid's outputs and says what they are (read by the site)."""
 PER_SEED = "per-seed.csv"
@@ -90,7 +99,8 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
     Columns: ``scenario``, the axis columns, ``row``, ``agent``, ``overrides``, ``config_hash``,
     ``n`` (seeds), ``seeds``, ``collapses``, ``collapse_checked``; per metric ``m``: ``m``,
     ``m_ci95``, ``m_diff``, ``m_diff_ci95``, ``m_diff_n`` (difference to the baseline, NaN on the
-    baseline row); on ``metric``: ``mde``, ``p``, ``p_holm`` (Holm over every pair of rows at the
+    baseline row); on ``metric``: ``mde`` (at α/m, m the comparisons with the baseline at the axis
+    point: the family of the p the tables show), ``p``, ``p_holm`` (Holm over every pair of rows at the
     axis point, as the ranks use), ``p_holm_baseline`` (Holm over the comparisons with the baseline
     only: the family an ablation asks about), ``rank``, ``rank_low``,
     ``rank_high`` and ``rank_text``.
@@ -106,6 +116,7 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
         ranges = rank_ranges(labels, comparisons) if better is not None else {r: (1, len(labels)) for r in labels}
         versus = [c for c in comparisons if baseline in (c.a, c.b)]
         p_versus = dict(zip((c.b if c.a == baseline else c.a for c in versus), holm([c.p for c in versus])))
+        family = sum(c.made for c in versus)
         means = {r: mean_ci95([finite_float(v) if finite_float(v) is not None else math.nan
                                for v in runs[r][metric]])[0] if metric in at else math.nan for r in labels}
         order = sorted(labels, key=lambda r: (math.isnan(means[r]), -means[r] if better is not False else means[r]))
@@ -132,7 +143,8 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
             row["p_holm_baseline"] = p_versus.get(label, math.nan)
             for c in comparisons:
                 if {c.a, c.b} == {label, baseline} and label != baseline:
-                    row["mde"], row["p"], row["p_holm"] = c.mde, c.p, c.p_holm
+                    row["mde"] = min_detectable_difference(c.sd, c.n, m=family, test=test)
+                    row["p"], row["p_holm"] = c.p, c.p_holm
             row["rank"] = order.index(label) + 1
             row["rank_low"], row["rank_high"] = ranges[label]
             row["rank_text"] = format_rank(*ranges[label])
@@ -141,53 +153,96 @@ def aggregate(per_seed: pd.DataFrame, *, axes: list[str], rows: list[str], basel
 
 
 def contrasts(per_seed: pd.DataFrame, *, axes: list[str], pairs: list[tuple[str, str]], metric: str,
-              points: list[tuple[str, ...]] | None = None, test: str = "sign-flip") -> pd.DataFrame:
+              points: list[tuple[str, ...]] | None = None, test: str = "sign-flip",
+              post_hoc: list[tuple[str, str]] = (), rows: list[str] | None = None) -> pd.DataFrame:
     """The grid's named contrasts: one row per (scenario, axis point, pair ``(a, b)``) with ``a``
     minus ``b`` paired by seed, for the questions a grid is built to answer beside "every row
     against the baseline" (the regime map's SAO against synchronous GRPO).
 
-    Columns: ``scenario``, the axis columns, ``contrast`` (``"a − b"``), ``a``, ``b``; per metric ``m``:
+    ``pairs`` are the planned contrasts, Holm-corrected over the planned contrasts at the axis point;
+    ``post_hoc`` those chosen after the results were read, Holm-corrected over every pair of rows at
+    the axis point (``rows``, default the table's rows in order of appearance): the family the ranks
+    use, the full price of choosing a pair after seeing the data (Holm 1979), whatever number of
+    post-hoc pairs is named. The planned come first, then the post hoc.
+
+    Columns: ``scenario``, the axis columns, ``contrast`` (``"a − b"``), ``a``, ``b``, ``family``
+    (``planned`` or ``post hoc``), ``family_size`` (the comparisons Holm runs over); per metric ``m``:
     ``m_diff``, ``m_diff_ci95``, ``m_diff_n``; on ``metric``: ``mde`` (minimum detectable paired
-    difference at that n), ``p`` (``test``) and ``p_holm`` (Holm over the contrasts at the axis point).
-    A pair whose rows share fewer than two seeds gets NaN tests.
+    difference at that n, at α/family_size: ``min_detectable_difference``), ``p`` (``test``) and
+    ``p_holm``. A pair whose rows share fewer than two seeds gets NaN tests.
     """
     metrics = metric_names(per_seed, axes)
+    order = list(rows) if rows is not None else list(dict.fromkeys(per_seed["row"]))
     out = []
     for scenario, point, at in _cells(per_seed, axes, points):
-        block = []
-        for a_label, b_label in pairs:
+        def paired(a_label: str, b_label: str, family: str) -> dict | None:
             ra, rb = at[at["row"] == a_label], at[at["row"] == b_label]
             if ra.empty or rb.empty:
-                continue
+                return None
             row: dict[str, Any] = {"scenario": scenario, **dict(zip(axes, point)),
-                                   "contrast": f"{a_label} − {b_label}", "a": a_label, "b": b_label}
+                                   "contrast": f"{a_label} − {b_label}", "a": a_label, "b": b_label, "family": family}
             for m in metrics:
                 row[f"{m}_diff"], row[f"{m}_diff_ci95"], row[f"{m}_diff_n"] = paired_difference(
                     _values(ra, m), _values(rb, m))
-            (c,) = pairwise({a_label: _values(ra, metric), b_label: _values(rb, metric)}, test=test)
-            row["mde"], row["p"] = c.mde, c.p
+            return row
+
+        block = []
+        for a_label, b_label in pairs:
+            row = paired(a_label, b_label, PLANNED)
+            if row is None:
+                continue
+            (c,) = pairwise({a_label: _values(at[at["row"] == a_label], metric),
+                             b_label: _values(at[at["row"] == b_label], metric)}, test=test)
+            row["p"], row["_sd"], row["_n"] = c.p, c.sd, c.n
             block.append(row)
+        size = sum(not math.isnan(r["p"]) for r in block)
         for row, ph in zip(block, holm([r["p"] for r in block])):
-            row["p_holm"] = ph
+            row["p_holm"], row["family_size"] = ph, size
+            row["mde"] = min_detectable_difference(row.pop("_sd"), row.pop("_n"), m=size, test=test)
         out.extend(block)
+        if post_hoc:
+            labels = [r for r in order if (at["row"] == r).any()]
+            every = pairwise({r: _values(at[at["row"] == r], metric) for r in labels}, test=test)
+            by_pair = {frozenset((c.a, c.b)): c for c in every}
+            size = sum(c.made for c in every)
+            for a_label, b_label in post_hoc:
+                row = paired(a_label, b_label, POST_HOC)
+                if row is None:
+                    continue
+                c = by_pair[frozenset((a_label, b_label))]
+                row |= {"p": c.p, "p_holm": c.p_holm, "family_size": size, "mde": c.mde}
+                out.append(row)
     return pd.DataFrame(out)
+
+
+def contrast_families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``{family: its rows}`` of a contrasts table, planned first (a table without a ``family``
+    column, written before post-hoc contrasts existed, is all planned); empty families left out."""
+    if frame is None or frame.empty:
+        return {}
+    family = frame["family"] if "family" in frame.columns else pd.Series(PLANNED, index=frame.index)
+    return {f: frame[family == f] for f in (PLANNED, POST_HOC) if (family == f).any()}
 
 
 def contrasts_display(frame: pd.DataFrame, *, axes: list[str], metric: str,
                       test: str = "sign-flip") -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of a scenario's contrasts: axis values, the contrast, its paired
-    difference ± CI (n), the detectable difference at that n, the Holm-corrected p."""
+    """Header and text cells of a scenario's contrasts of one family: axis values, the contrast
+    (``a − b (post hoc)`` for a post-hoc one), its paired difference ± CI (n), the detectable
+    difference at that n, the Holm-corrected p (over the planned contrasts, or over every pair of
+    rows for the post hoc)."""
     title = column_format(metric).title
     decimals = column_format(metric).decimals
-    header = [*axes, "contrast", f"{title}: a − b (paired, 95% CI)", "detectable at n",
-              f"p ({test_name(test)}, Holm over the contrasts)"]
+    post = "family" in frame.columns and (frame["family"] == POST_HOC).any()
+    over = "Holm over every pair of rows: post hoc" if post else "Holm over the contrasts"
+    header = [*axes, "contrast", f"{title}: a − b (paired, 95% CI)", "detectable at n", f"p ({test_name(test)}, {over})"]
     body = []
     for _, r in frame.iterrows():
         mde = finite_float(r.get("mde"))
-        body.append([*(str(r[a]) for a in axes), str(r["contrast"]),
+        label = str(r["contrast"]) + (f" ({POST_HOC})" if r.get("family") == POST_HOC else "")
+        body.append([*(str(r[a]) for a in axes), label,
                      format_difference(r.get(f"{metric}_diff"), r.get(f"{metric}_diff_ci95"),
                                        int(r.get(f"{metric}_diff_n") or 0), metric),
-                     "n/a" if mde is None else f"{mde:.{decimals}f}", format_p(finite_float(r.get("p_holm")))])
+                     format_mde(mde, decimals), format_p(finite_float(r.get("p_holm")))])
     return header, body
 
 
@@ -219,7 +274,7 @@ def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: 
         checked = int(r.get("collapse_checked") or 0)
         body.append([*(str(r[a]) for a in axes), str(r["row"]), str(int(r["n"])),
                      format_cell(r.get(metric), r.get(f"{metric}_ci95"), 0, r["n"], metric), diff,
-                     "" if is_base else ("n/a" if mde is None else f"{mde:.{decimals}f}"),
+                     "" if is_base else format_mde(mde, decimals),
                      "" if is_base else format_p(finite_float(r.get("p_holm_baseline"))), str(r["rank_text"]),
                      f"{int(r.get('collapses') or 0)} of {checked}" if checked else "?"])
     return header, body
@@ -475,10 +530,20 @@ def maps_section(folder: Path) -> str:
                 parts.append(f"<p><b>{e(scenario)}: beside {e(column_format(metric).title)}</b> (mean ± 95% CI; "
                              f"after it, minus {e(baseline)}, paired by seed)</p>" + _html_table(header, body, f"{table_id}-show"))
             named = where / f"{scenario}-contrasts.csv"
-            if manifest.get("contrasts") and named.is_file():
+            if (manifest.get("contrasts") or manifest.get("post_hoc")) and named.is_file():
                 frame = pd.read_csv(named, dtype={a: str for a in axes})
-                header, body = contrasts_display(frame, axes=axes, metric=metric, test=manifest.get("test", "sign-flip"))
-                parts.append(f"<p><b>{e(scenario)}: contrasts</b> ({e(', '.join(manifest['contrasts']))})</p>"
-                             + _html_table(header, body, f"{table_id}-contrasts"))
+                for family, rows in contrast_families(frame).items():
+                    header, body = contrasts_display(rows, axes=axes, metric=metric,
+                                                     test=manifest.get("test", "sign-flip"))
+                    if family == POST_HOC:
+                        caption = (f"<p><b>{e(scenario)}: post-hoc contrasts</b> "
+                                   f"({e(', '.join(manifest.get('post_hoc') or []))}; chosen after the results were "
+                                   "read: post hoc, Holm over every pair of rows at the axis point)</p>")
+                        suffix = "post-hoc"
+                    else:
+                        caption = (f"<p><b>{e(scenario)}: contrasts</b> "
+                                   f"({e(', '.join(manifest.get('contrasts') or []))})</p>")
+                        suffix = "contrasts"
+                    parts.append(caption + _html_table(header, body, f"{table_id}-{suffix}"))
     parts.append("</section>")
     return "\n".join(parts)

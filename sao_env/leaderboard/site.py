@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.leaderboard import tables
+from sao_env.leaderboard.stats import format_mde
 from sao_env.provenance import code_key, code_version
 from sao_env.leaderboard.tables import (SORT_KEY, UNKNOWN, ScenarioBoard, code_versions, column_format, finite_float,
                                        format_cell)
@@ -210,7 +211,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
     power = []
     for b in boards:
         p = tables.board_power(b)
-        text = "n/a" if p is None else f"{p['mde']:.3f} (n={p['n']})"
+        text = "n/a" if p is None else f"{format_mde(p['mde'])} (n={p['n']}, m={p['m']})"
         power.append(f'<td class="num" data-sort="{_sort_value(None if p is None else p["mde"])}">{e(text)}</td>')
     foot = ('<tfoot><tr><td class="label">minimum detectable difference</td><td></td>' + "".join(power)
             + "</tr></tfoot>") if boards else ""
@@ -223,7 +224,10 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
             '<p class="muted">Scenarios at their full budget. Mean ± half-width of the 95% t-interval over seeds, and '
             "the rank within the scenario that paired sign-flip tests over seeds support (Holm-corrected; "
             "<code>#1–3</code> is a tie over ranks 1 to 3). A cell is shaded only for a leader the seeds support. "
-            "Last row: the minimum detectable paired difference at the scenario's n (80% power, two-sided α 0.05). "
+            "Last row: the minimum detectable paired difference at the scenario's n under its rule (80% power at α/m, "
+            "Holm's most stringent step over the scenario's m comparisons, two-sided α 0.05; <code>none</code>: the "
+            "sign-flip test cannot reach α after Holm at that n): what a board can resolve, not a bound on the "
+            "differences it leaves ties. "
             "Rows are recipes; a recipe with overrides is its own row.</p>"
             '<div class="wrap"><table class="sortable" id="summary-table"><thead><tr>' + "".join(head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody>" + foot + "</table></div>" + others + "</section>")
@@ -328,13 +332,14 @@ def _tests_table(board: ScenarioBoard, sid: str) -> str:
                   "difference": ("n/a" if math.isnan(c.mean) else f"{c.mean:+.3f}", _sort_value(c.mean)),
                   "p": (tables.format_p(c.p), _sort_value(c.p)),
                   "p_holm": (tables.format_p(c.p_holm), _sort_value(c.p_holm)),
-                  "mde": ("n/a" if math.isnan(c.mde) else f"{c.mde:.3f}", _sort_value(c.mde)), "verdict": (verdict, verdict)}
+                  "mde": (format_mde(c.mde), _sort_value(c.mde)), "verdict": (verdict, verdict)}
         body.append("<tr>" + "".join(f'<td{" class=num" if num else ""} data-sort="{e(values[k][1])}">{e(values[k][0])}</td>'
                                      for k, _, num in keys) + "</tr>")
     return (f"<h3>Paired tests: {e(column_format(SORT_KEY).title)}</h3><p class=\"muted\">Every pair of rows, paired by "
             f"seed: mean difference (first − second), the sign-flip permutation p, p after Holm over the {m} "
-            f"comparison{'s' if m != 1 else ''} made, and the minimum detectable difference at that n (80% power, "
-            "α 0.05). The ranks follow from the verdicts.</p>"
+            f"comparison{'s' if m != 1 else ''} made, and the minimum detectable difference at that n under that rule "
+            f"(80% power at α/{max(m, 1)}, Holm's most stringent step; none: the test cannot reach α after Holm at that "
+            "n). The ranks follow from the verdicts.</p>"
             f'<div class="wrap"><table class="sortable tests" id="tests-{sid}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
@@ -411,6 +416,8 @@ def _sort_value(value: Any, *, never: bool = False) -> str:
     x = finite_float(value)
     if x is None:
         return "Infinity" if never else ""
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
     return repr(x)
 
 

@@ -4,20 +4,31 @@ Pure functions of per-seed numbers (no tables, no files). Every comparison is pa
 recipes' runs with the same seed share the seeded task and latency streams and the held-out
 prompts, so the difference of the two runs takes out what a seed does to both alike.
 
-- **Power** (``min_detectable_difference``): the smallest true paired mean difference that a
-  two-sided paired test at level ``alpha`` detects with probability ``power`` at n seeds, from the
-  observed standard deviation of the paired differences::
+- **Power** (``min_detectable_difference``): the smallest true paired mean difference that the
+  board's own rule detects with probability ``power`` at n seeds, from the observed standard
+  deviation of the paired differences. The rule is a two-sided paired test of each of ``m``
+  comparisons with Holm's correction over them, so the difference is stated at level ``alpha / m``,
+  the level of Holm's first and most stringent step (Bonferroni's)::
 
-      MDE = (t_{1-alpha/2, n-1} + t_{power, n-1}) * sd_diff / sqrt(n)
+      MDE = (t_{1-alpha/(2m), n-1} + t_{power, n-1}) * sd_diff / sqrt(n)
 
-  the textbook normal-theory formula ``(z_{1-alpha/2} + z_{1-beta}) * sd / sqrt(n)`` (Cohen 1988,
-  *Statistical Power Analysis for the Behavioral Sciences*, ch. 2; Julious 2004, *Stat. Med.*
-  23:1921) with Student-t quantiles on n-1 degrees of freedom in place of the normal ones, which
-  keeps it honest at the handful of seeds a board has (at n=3 the t form is 1.91 times the normal
-  one, at n=10 1.12 times; they agree within 2 % from n=60). It is an approximation: the exact
-  power of the paired t-test at that difference (non-central t) is 0.77 at n=3, 0.78 at n=4 and
-  0.80 from n=10. It is the t-test's power; the sign-flip test that decides the ranks has none
-  below 6 seeds (its smallest p, below).
+  A p at most ``alpha / m`` is rejected by Holm at whatever step it falls (every earlier step's
+  level is at least as large), so a difference of this size is detected with about ``power``
+  whatever the other comparisons show; when other comparisons are rejected first, a smaller one
+  can be too. This is the textbook normal-theory formula ``(z_{1-alpha/2} + z_{1-beta}) * sd /
+  sqrt(n)`` (Cohen 1988, *Statistical Power Analysis for the Behavioral Sciences*, ch. 2; Julious
+  2004, *Stat. Med.* 23:1921) at the Bonferroni-adjusted level (Leon 2004, *J. Clin. Psychiatry*
+  65:1511; Senn and Bretz 2007, *Pharm. Stat.* 6:161), with Student-t quantiles on n-1 degrees of
+  freedom in place of the normal ones, which keeps it honest at the handful of seeds a board has
+  (at m=1 the t form is 1.91 times the normal one at n=3, 1.12 times at n=10). At n=10 the level
+  alpha/m makes it 1.35 times the uncorrected figure with m=6 and 1.52 times with m=14. It is an
+  approximation: the exact power of the paired t-test at that difference (non-central t) is 0.77
+  at n=3, 0.78 at n=4 and 0.80 from n=10 (m=1). It is the t-test's power, and the sign-flip test
+  that decides the ranks is discrete: its smallest p is ``2 / 2^n``, so below the fewest seeds at
+  which ``2 / 2^n <= alpha / m`` (``min_seeds``: 6 for one comparison, 8 for 6, 10 for 14) it
+  cannot reject at all and there is no detectable difference (``math.inf``; the tables say
+  "none"). The MDE is a property of the design (n, spread, family), not a bound on an effect: a
+  pair left a tie may differ by more than it (its interval says by how much it may).
 - **Paired test** (``sign_flip_pvalue``): the exact paired sign-flip permutation test of
   "no difference" (Fisher 1935; Good 2005, *Permutation, Parametric and Bootstrap Tests of
   Hypotheses*, sec. 3.6): under the null each seed's difference is as likely to have either sign,
@@ -65,30 +76,63 @@ TESTS = ("sign-flip", "t")
 """The paired tests a board can use: the exact sign-flip permutation test (default) or the paired t-test."""
 
 
-def min_detectable_difference(sd_diff: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The minimum detectable paired mean difference at ``n`` seeds (module doc: t-quantile form of
-    the normal-theory formula). NaN for n < 2 or a missing spread; 0 for a spread of 0."""
+def min_seeds(m: int = 1, *, alpha: float = ALPHA, test: str = "sign-flip") -> int:
+    """The fewest seeds at which ``test`` can give a p of at most ``alpha / m`` (Holm's first step
+    over ``m`` comparisons): for the exact sign-flip test the smallest n with ``2 / 2^n <= alpha / m``
+    (its smallest p, Good 2005, sec. 3.6); the paired t-test's p has no floor, so 2 (a spread)."""
+    if test not in TESTS:
+        raise ValueError(f"unknown paired test {test!r} (known: {', '.join(TESTS)})")
+    if test == "t":
+        return 2
+    level = alpha / max(1, m)
+    n = 1
+    while smallest_p(n) > level:
+        n += 1
+    return n
+
+
+def min_detectable_difference(sd_diff: float, n: int, *, alpha: float = ALPHA, power: float = POWER, m: int = 1,
+                              test: str = "sign-flip") -> float:
+    """The minimum detectable paired mean difference at ``n`` seeds under a two-sided ``test`` with
+    Holm's correction over ``m`` comparisons, stated at level ``alpha / m`` (module doc). ``math.inf``
+    when ``test`` cannot reach ``alpha / m`` at this n (``min_seeds``); NaN for n < 2 or a missing
+    spread; 0 for a spread of 0."""
     if n is None or n < 2 or sd_diff is None or not math.isfinite(sd_diff):
         return math.nan
+    if n < min_seeds(m, alpha=alpha, test=test):
+        return math.inf
     df = n - 1
-    return float((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd_diff / math.sqrt(n))
+    level = alpha / max(1, m)
+    return float((sps.t.ppf(1 - level / 2, df) + sps.t.ppf(power, df)) * sd_diff / math.sqrt(n))
 
 
-def seeds_for_difference(sd_diff: float, delta: float, *, alpha: float = ALPHA, power: float = POWER,
-                         max_n: int = 10_000) -> int | None:
-    """The fewest seeds at which ``min_detectable_difference(sd_diff, n) <= delta``; None when the
-    spread is unknown or more than ``max_n`` seeds would be needed."""
+def seeds_for_difference(sd_diff: float, delta: float, *, alpha: float = ALPHA, power: float = POWER, m: int = 1,
+                         test: str = "sign-flip", max_n: int = 10_000) -> int | None:
+    """The fewest seeds at which ``min_detectable_difference(sd_diff, n, m=m, test=test) <= delta``:
+    never fewer than ``min_seeds(m, test=test)``; None when the spread is unknown or more than
+    ``max_n`` seeds would be needed."""
     if sd_diff is None or not math.isfinite(sd_diff) or delta <= 0:
         return None
+    floor = max(2, min_seeds(m, alpha=alpha, test=test))
     if sd_diff == 0:
-        return 2
-    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
-    n = max(2, int((z * sd_diff / delta) ** 2))  # the normal formula's n; the t form needs as many or more
+        return floor
+    z = sps.norm.ppf(1 - alpha / max(1, m) / 2) + sps.norm.ppf(power)
+    n = max(floor, int((z * sd_diff / delta) ** 2))  # the normal formula's n; the t form needs as many or more
     while n <= max_n:
-        if min_detectable_difference(sd_diff, n, alpha=alpha, power=power) <= delta:
+        if min_detectable_difference(sd_diff, n, alpha=alpha, power=power, m=m, test=test) <= delta:
             return n
         n += 1
     return None
+
+
+def format_mde(value: float | None, decimals: int = 3) -> str:
+    """A minimum detectable difference as the tables print it: ``0.022``; ``none`` where the test
+    cannot reach its level after Holm at that n (``math.inf``); ``n/a`` where it is unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "none"
+    return f"{value:.{decimals}f}"
 
 
 def pooled_sd(spreads: list[tuple[float, int]]) -> tuple[float, int]:
@@ -184,7 +228,8 @@ class Comparison:
     winner: str | None
     """The better row when the adjusted p is at most alpha (direction of the metric), else None."""
     mde: float
-    """Minimum detectable paired difference at this pair's n (``min_detectable_difference``)."""
+    """Minimum detectable paired difference at this pair's n under Holm over the comparisons made
+    (``min_detectable_difference`` at ``alpha / m``; ``math.inf`` where the test cannot reach it)."""
 
     @property
     def made(self) -> bool:
@@ -196,7 +241,7 @@ def pairwise(values: dict[str, dict[Hashable, float | None]], *, higher_is_bette
     """Every pair of rows (in the given order, ``a`` before ``b``) compared paired by seed:
     ``values`` maps a row label to ``{seed: value}``; missing or NaN values leave their seed out.
     ``test`` is the paired test (``TESTS``). Holm's correction runs over the pairs with at least
-    ``MIN_PAIRED`` shared seeds."""
+    ``MIN_PAIRED`` shared seeds, and each pair's detectable difference is stated for that family."""
     raw = []
     for a, b in combinations(list(values), 2):
         va, vb = values[a], values[b]
@@ -208,13 +253,14 @@ def pairwise(values: dict[str, dict[Hashable, float | None]], *, higher_is_bette
         p, method = paired_pvalue(d, test) if n >= MIN_PAIRED else (math.nan, "not made")
         raw.append((a, b, n, mean, sd, p, method))
     adjusted = holm([r[5] for r in raw])
+    m = sum(1 for r in raw if not math.isnan(r[5]))
     out = []
     for (a, b, n, mean, sd, p, method), ph in zip(raw, adjusted):
         winner = None
         if not math.isnan(ph) and ph <= alpha and mean != 0:
             winner = a if (mean > 0) == higher_is_better else b
         out.append(Comparison(a, b, n, mean, sd, p, ph, method, winner,
-                              min_detectable_difference(sd, n, alpha=alpha, power=power)))
+                              min_detectable_difference(sd, n, alpha=alpha, power=power, m=m, test=test)))
     return out
 
 

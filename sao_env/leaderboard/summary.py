@@ -6,7 +6,8 @@ boards at their scenario file's full budget (the flagship ``style-drift`` first)
 metric (online reward, the same without collapsed runs when recorded, then AUC) a table of
 recipes x scenarios whose cells are mean ± half-width of the 95% Student-t interval over seeds,
 the number of seeds and the rank the seeds support within the scenario (``stats.rank_ranges``:
-``#1–3`` is a tie), with a row of each board's minimum detectable paired difference; each recipe
+``#1–3`` is a tie), with a row of each board's minimum detectable paired difference under its own
+rule (``tables.board_power``: Holm over the board's comparisons, stated at α/m); each recipe
 minus the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); the collapses.
 Boards at another budget (cuts, and rows of another budget inside a board) are listed apart,
 ranked only among themselves. Then links to each scenario's page and per-seed table, the tuning
@@ -20,6 +21,7 @@ are written into a folder (``sao_env.leaderboard.write_board``).
 
 from __future__ import annotations
 
+import math
 from datetime import date
 from pathlib import Path
 
@@ -27,7 +29,7 @@ import pandas as pd
 
 from sao_env.errors import UserError
 from sao_env.leaderboard import tables
-from sao_env.leaderboard.stats import ALPHA, format_rank, rank_ranges, smallest_p
+from sao_env.leaderboard.stats import ALPHA, POWER, format_mde, format_rank, min_seeds, rank_ranges, smallest_p
 from sao_env.leaderboard.tables import NO_COLLAPSE, REFERENCE, SORT_KEY, ScenarioBoard, column_format, finite_float
 
 METRICS = ("online_reward", "auc")
@@ -82,7 +84,10 @@ def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
              f"Mean ± half-width of the 95% t-interval over seeds, n seeds, and `#rank` within the scenario by {title}: "
              "a single number where paired sign-flip tests (Holm-corrected over the scenario's pairs) support the "
              "order, `#1–3` for a tie over ranks 1 to 3. `—`: not run on that scenario. The last row is the minimum "
-             "detectable paired difference at the scenario's n (80% power, two-sided α 0.05; docs/leaderboard.md).", "",
+             f"detectable paired difference at the scenario's n under its rule: {POWER:.0%} power at α/m, Holm's most "
+             f"stringent step over the scenario's m comparisons (two-sided α {ALPHA:g}; `none`: the sign-flip test "
+             "cannot reach α after Holm at that n; docs/leaderboard.md). It is what a board can resolve, not a bound "
+             "on the differences it leaves ties.", "",
              "| " + " | ".join(header) + " |", "|---|---|" + "|".join("---:" for _ in boards) + "|"]
     ranks = {b.env: metric_ranks(b, metric) for b in boards}
     for label in labels:
@@ -108,7 +113,14 @@ def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
 
 def _power_cell(board: ScenarioBoard, metric: str) -> str:
     power = tables.board_power(board, metric)
-    return "n/a" if power is None else f"{power['mde']:.3f} (n={power['n']})"
+    return "n/a" if power is None else f"{format_mde(power['mde'])} (n={power['n']}, m={power['m']})"
+
+
+def floor_words(boards: list[ScenarioBoard]) -> str:
+    """``8 seeds for a board's 6 comparisons``: the fewest seeds at which the sign-flip test can reach
+    α/m (Holm's first step), for each family size m among the boards."""
+    ms = sorted({sum(c.made for c in b.comparisons(SORT_KEY)) for b in boards} - {0}) or [1]
+    return ", ".join(f"{min_seeds(m)} seeds for a board's {m} comparison{'s' if m != 1 else ''}" for m in ms)
 
 
 def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS) -> list[str]:
@@ -122,9 +134,10 @@ def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS
     lines = [f"## Paired differences to {REFERENCE}", "",
              f"Each recipe minus {REFERENCE}, paired by seed: mean ± half-width of the 95% t-interval over the seeds' "
              "differences, n paired seeds (no interval with n=1). An interval that excludes 0 is a difference under "
-             "the t-interval's assumption of normal differences; the ranks use the paired sign-flip test with Holm's "
-             "correction, which assumes nothing about their distribution but cannot reach p < 0.05 with fewer than 6 "
-             "seeds.", "",
+             "the t-interval's assumption of normal differences, before any correction for the board's other "
+             "comparisons; the ranks use the paired sign-flip test with Holm's correction over each board's pairs, which "
+             f"assumes nothing about their distribution but cannot reach α/m (Holm's first step) with fewer than "
+             f"{floor_words(boards)}.", "",
              "| recipe − " + REFERENCE + " | metric | " + " | ".join(f"[{env}]({env}.md)" for env in envs) + " |",
              "|---|---|" + "|".join("---:" for _ in envs) + "|"]
     labels = list(dict.fromkeys(label for f in frames.values() for label in f["label"]))
@@ -194,14 +207,21 @@ def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
     seeds = sorted({int(x) for b in boards for x in b.frame["seeds"]})
     seed_words = f"{seeds[0]} seed{'s' if seeds[0] != 1 else ''}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]} seeds"
     title = column_format(SORT_KEY).title
-    supported = [(b.env, b.supported_best(SORT_KEY)) for b in boards if len(b.frame) > 1]
-    supported = [(env, who) for env, who in supported if who]
+    supported = [(b, b.supported_best(SORT_KEY)) for b in boards if len(b.frame) > 1]
+    supported = [(b, who) for b, who in supported if who]
+    orders = [(b, supported_orders(b)) for b in boards]
     k = len(boards)
     text = f"On the {k} scenario{'s' if k != 1 else ''} at full budget ({seed_words} per recipe), "
     if supported:
         text += (f"the seeds support a leader in {title} on {len(supported)}: "
-                 + ", ".join(f"{who} on {env}" for env, who in supported)
-                 + "; everywhere else the order is a tie under paired sign-flip tests with Holm's correction.")
+                 + "; ".join(f"{who} on {b.env} ({_leader_tests(b, who)})" for b, who in supported) + ".")
+    if any(found for _, found in orders):
+        text += (" Orders the seeds support (paired sign-flip tests, Holm over each board's pairs): "
+                 + "; ".join(f"{b.env} " + ", ".join(f"{w} > {l} (Holm p {p:.2g})" for w, l, p in found)
+                             for b, found in orders if found)
+                 + "; every other pair is a tie")
+        ties = [b.env for b, found in orders if not found and len(b.frame) > 1]
+        text += (f", and on {_and(ties)} every pair is." if ties else ".")
     else:
         text += (f"no recipe's lead in {title} is supported by the seeds: every order is a tie under paired "
                  "sign-flip tests with Holm's correction.")
@@ -213,12 +233,21 @@ def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
     powers = [p for p in (tables.board_power(b) for b in boards) if p is not None]
     gaps = [float(b.frame[SORT_KEY].iloc[0]) - float(b.frame[SORT_KEY].iloc[1]) for b in boards
             if len(b.frame) > 1 and SORT_KEY in b.frame and b.frame[SORT_KEY].iloc[:2].notna().all()]
+    finite = [p for p in powers if math.isfinite(p["mde"])]
     if powers:
-        lo, hi = min(p["mde"] for p in powers), max(p["mde"] for p in powers)
-        text += f" The smallest paired difference these boards can detect at 80% power is {_span(lo, hi)}"
-        if gaps:
-            text += f", against leads of the first recipe over the second of {_span(min(gaps), max(gaps))}"
-        text += "."
+        ms = sorted({p["m"] for p in powers})
+        rule = f"Holm over its {_and([str(m) for m in ms], 'or')} comparisons, stated at α/m"
+        if finite:
+            lo, hi = min(p["mde"] for p in finite), max(p["mde"] for p in finite)
+            text += (f" The paired difference each board detects with {POWER:.0%} power under its own rule ({rule}) is "
+                     f"{_span(lo, hi)}")
+            if gaps:
+                text += f", against leads of the first recipe over the second of {_span(min(gaps), max(gaps))}"
+            text += "; it is what the boards can resolve, not a bound on the differences they leave ties."
+        none = [b.env for b, p in zip(boards, (tables.board_power(b) for b in boards)) if p and math.isinf(p["mde"])]
+        if none:
+            text += (f" On {_and(none)} no difference is detectable: at {'their' if len(none) > 1 else 'its'} n the "
+                     "sign-flip test cannot reach α after Holm.")
     firsts: dict[str, list[str]] = {}
     for b in boards:
         if len(b.frame) > 1:
@@ -239,6 +268,23 @@ def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
     if apart:
         text += f" {apart} board{'s' if apart != 1 else ''} at another budget {'are' if apart != 1 else 'is'} listed apart."
     return text
+
+
+def supported_orders(board: ScenarioBoard, metric: str = SORT_KEY) -> list[tuple[str, str, float]]:
+    """``(winner, loser, Holm p)`` of every pair whose order the board's seeds support on ``metric``,
+    in the board's order of pairs."""
+    return [(c.winner, c.b if c.winner == c.a else c.a, c.p_holm) for c in board.comparisons(metric) if c.winner]
+
+
+def _leader_tests(board: ScenarioBoard, leader: str, metric: str = SORT_KEY) -> str:
+    """``ahead of sao, grpo_dis and grpo: Holm p 0.012, 0.012, 0.012``: the tests that make ``leader``
+    the board's leader, one against every other row."""
+    beaten = [(loser, p) for winner, loser, p in supported_orders(board, metric) if winner == leader]
+    return f"ahead of {_and([x for x, _ in beaten])}: Holm p " + ", ".join(f"{p:.2g}" for _, p in beaten)
+
+
+def _and(items: list[str], word: str = "and") -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
 def _span(lo: float, hi: float) -> str:

@@ -34,9 +34,9 @@ import yaml
 
 from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95, paired_difference
-from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, Comparison, format_rank,
-                                       min_detectable_difference, pairwise, pooled_sd, rank_ranges, seeds_for_difference,
-                                       smallest_p, supported_leader)
+from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, Comparison, format_mde,
+                                       format_rank, min_detectable_difference, min_seeds, pairwise, pooled_sd, rank_ranges,
+                                       seeds_for_difference, smallest_p, supported_leader)
 from sao_env.provenance import code_key, config_hash, short
 
 SORT_KEY = "online_reward"
@@ -227,7 +227,8 @@ def leaderboard_frame(summaries: list[dict]) -> pd.DataFrame:
     that can fail to happen, the count of seeds that never got there; ranked by ``SORT_KEY``.
 
     ``rank`` is the order of the means; ``rank_low``/``rank_high`` the range of ranks the seeds
-    support (``rank_ranges``: equal when a paired test supports the row's place, else a tie).
+    support (``rank_ranges``: equal when a paired test supports the row's place, else a tie); the
+    ranks in ``online_reward_without_collapsed`` are ``ScenarioBoard.comparisons``' on that column.
     When the runs recorded a collapse verdict, ``collapses`` counts the collapsed seeds,
     ``collapse_checked`` the seeds with a verdict, and ``online_reward_without_collapsed`` (with
     its ``_ci95``) is the sort key over the seeds that did not collapse."""
@@ -274,13 +275,19 @@ def leaderboard_frame(summaries: list[dict]) -> pd.DataFrame:
 
 def per_seed_values(records, labels: list[str], metric: str) -> dict[str, dict]:
     """``{label: {seed: value}}`` of one metric from per-seed records (dicts or a DataFrame), in
-    ``labels``' order; missing or NaN values are None."""
+    ``labels``' order; missing or NaN values are None. ``NO_COLLAPSE`` is the sort key of the seeds
+    whose collapse verdict is 0 (None for a collapsed seed or one without a verdict), as the
+    aggregate's mean of that column takes it."""
     rows = records.to_dict("records") if isinstance(records, pd.DataFrame) else records
     out: dict[str, dict] = {x: {} for x in labels}
     for r in rows:
         label = str(r.get("label") or r["agent"])
         if label in out:
-            out[label][_seed_key(r.get("seed"))] = finite_float(r.get(metric))
+            if metric == NO_COLLAPSE:
+                value = finite_float(r.get(SORT_KEY)) if finite_float(r.get("collapsed")) == 0.0 else None
+            else:
+                value = finite_float(r.get(metric))
+            out[label][_seed_key(r.get("seed"))] = value
     return out
 
 
@@ -338,10 +345,12 @@ class ScenarioBoard:
 
     def comparisons(self, metric: str = SORT_KEY) -> list[Comparison]:
         """Every pair of rows compared paired by seed on ``metric`` (``stats.pairwise``, Holm over
-        the pairs made), rows in rank order; empty without per-seed rows or a direction."""
+        the pairs made), rows in rank order; empty without per-seed rows or a direction. On
+        ``NO_COLLAPSE`` a pair is compared over the seeds where neither run collapsed."""
         if metric not in self._tests:
             better = column_format(metric).higher_is_better
-            if self.records is None or self.records.empty or better is None or metric not in self.records.columns:
+            source = "collapsed" if metric == NO_COLLAPSE else metric
+            if self.records is None or self.records.empty or better is None or source not in self.records.columns:
                 self._tests[metric] = []
             else:
                 labels = [str(x) for x in self.frame["label"]]
@@ -568,19 +577,28 @@ def header_facts(board: ScenarioBoard, generator: str) -> list[tuple[str, str]]:
     ]
 
 
+BOARD_TEST = "sign-flip"
+"""The paired test behind a board's ranks (``stats.sign_flip_pvalue``)."""
+
+
 def board_power(board: ScenarioBoard, metric: str = SORT_KEY) -> dict[str, Any] | None:
-    """The board's power on ``metric``: the pooled sd of the paired differences over the pairs of
-    rows compared (``stats.pooled_sd``), the board's n (the most common paired n, the smaller of
-    equally common ones), the minimum detectable difference at that n and the seeds that 0.05 and
-    0.03 would need; None when no pair was compared."""
+    """The board's power on ``metric`` under its own rule (the sign-flip test of every pair, Holm
+    over the ``m`` comparisons made): the pooled sd of the paired differences over those pairs
+    (``stats.pooled_sd``), the board's n (the most common paired n, the smaller of equally common
+    ones), the minimum detectable difference at that n at level α/m (``math.inf`` below
+    ``min_n``, the fewest seeds at which the test can reach α/m) and the seeds that 0.05 and 0.03
+    would need under the same rule; None when no pair was compared."""
     made = [c for c in board.comparisons(metric) if c.made]
     if not made:
         return None
     sd, _ = pooled_sd([(c.sd, c.n) for c in made])
     counts = [c.n for c in made]
     n = min(set(counts), key=lambda k: (-counts.count(k), k))
-    return {"sd": sd, "n": n, "pairs": len(made), "mde": min_detectable_difference(sd, n),
-            "seeds_0.05": seeds_for_difference(sd, 0.05), "seeds_0.03": seeds_for_difference(sd, 0.03)}
+    m = len(made)
+    return {"sd": sd, "n": n, "pairs": m, "m": m, "min_n": min_seeds(m, test=BOARD_TEST),
+            "mde": min_detectable_difference(sd, n, m=m, test=BOARD_TEST),
+            "seeds_0.05": seeds_for_difference(sd, 0.05, m=m, test=BOARD_TEST),
+            "seeds_0.03": seeds_for_difference(sd, 0.03, m=m, test=BOARD_TEST)}
 
 
 def power_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
@@ -590,17 +608,27 @@ def power_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
     if power is None:
         why = "the input table has no per-seed rows" if board.records is None else "no two rows share two seeds"
         return f"not stated: {why} to take the paired spread from"
-    n, k = power["n"], power["pairs"]
+    n, m, floor = power["n"], power["m"], power["min_n"]
+    comparisons = f"{m} comparison{'s' if m != 1 else ''}"
+    level = f"α/{m} = {ALPHA / m:.3g}" if m != 1 else f"α {ALPHA:g}"
+    step = ", Holm's most stringent step" if m > 1 else ""
 
     def need(key: str) -> str:
         return f"{power[key]} seeds" if power[key] is not None else "more than 10,000 seeds"
 
-    return (f"{power['mde']:.3f} in {title} at n={n} seeds: the paired difference that a two-sided test at "
-            f"α {ALPHA:g} detects with {POWER:.0%} power, (t(0.975, {n - 1}) + t(0.8, {n - 1})) × sd / √{n}, with sd "
-            f"{power['sd']:.3f} pooled over the paired differences of {k} pair{'s' if k != 1 else ''} of rows; "
-            f"a difference of 0.05 needs {need('seeds_0.05')}, 0.03 needs {need('seeds_0.03')}"
-            + (f" (a t-test's figure: the sign-flip test behind the ranks cannot reject at all below 6 seeds)"
-               if smallest_p(n) > ALPHA else ""))
+    reach = f"the sign-flip test can reach {f'α/{m}' if m > 1 else 'α'} from {floor} seeds (2/2^n ≤ {ALPHA / m:.3g})"
+    if math.isinf(power["mde"]):
+        head = (f"none in {title} at n={n} seeds: the sign-flip test cannot reach α after Holm at this n (its "
+                f"smallest p, 2/2^{n} = {smallest_p(n):.3g}, is above {level}{step} over the board's "
+                f"{comparisons}); {reach}")
+    else:
+        head = (f"{format_mde(power['mde'])} in {title} at n={n} seeds: the paired difference that the board's rule "
+                f"(sign-flip test of each pair, Holm over its {comparisons}, α {ALPHA:g}) detects with {POWER:.0%} "
+                f"power, stated at {level}{step}: (t(1 − α/{2 * m}, {n - 1}) + t({POWER:g}, {n - 1})) × sd / √{n}, "
+                f"the t-test's formula, with sd {power['sd']:.3f} pooled over the paired "
+                f"differences of the {comparisons}; {reach}")
+    return (f"{head}. Under this rule a difference of 0.05 needs {need('seeds_0.05')}, 0.03 needs {need('seeds_0.03')}. "
+            "It is what the design can resolve, not a bound on a difference the board leaves a tie")
 
 
 def ranks_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
@@ -743,13 +771,14 @@ def tests_markdown(board: ScenarioBoard, metric: str = SORT_KEY) -> list[str]:
     lines = ["", f"### Paired tests: {title}", "",
              f"Every pair of rows, paired by seed: the mean difference (first − second) over the n seeds both have, "
              f"the sign-flip permutation p, p after Holm's correction over the {m} comparison{'s' if m != 1 else ''} "
-             f"made (pairs with at least {MIN_PAIRED} seeds), and the minimum detectable difference at that n "
-             f"({POWER:.0%} power, α {ALPHA:g}). The ranks above follow from the verdicts.", "",
+             f"made (pairs with at least {MIN_PAIRED} seeds), and the minimum detectable difference at that n under "
+             f"that rule ({POWER:.0%} power at α/{max(m, 1)}, Holm's most stringent step; `none`: the test cannot reach "
+             f"α after Holm at that n). The ranks above follow from the verdicts.", "",
              "| pair | n | difference | p | p (Holm) | detectable at n | verdict |", "|---|---:|---:|---:|---:|---:|---|"]
     for c in comparisons:
         decimals = column_format(metric).decimals
         diff = "n/a" if math.isnan(c.mean) else f"{c.mean:+.{decimals}f}"
-        mde = "n/a" if math.isnan(c.mde) else f"{c.mde:.{decimals}f}"
+        mde = format_mde(c.mde, decimals)
         verdict = "not made (fewer than 2 shared seeds)" if not c.made else (
             f"{c.winner} better" if c.winner else "tie")
         lines.append(f"| {_md_escape(c.a)} − {_md_escape(c.b)} | {c.n} | {diff} | {format_p(c.p)} | "
@@ -815,9 +844,9 @@ def paired_markdown(board: ScenarioBoard) -> list[str]:
              f"Each recipe minus {ref}, paired by seed (the difference between the two runs of the same seed), then "
              "the mean ± half-width of the 95% Student-t interval over the seeds' differences; "
              "n: seeds where both have the value (a recovery that never happened leaves its seed out). "
-             "An interval that excludes 0 is a difference under the t-interval's assumption of normal differences; "
-             "ranks and bold cells use the paired sign-flip test with Holm's correction (below), which assumes nothing "
-             "about their distribution but cannot reach p < 0.05 with fewer than 6 seeds.", ""]
+             "An interval that excludes 0 is a difference under the t-interval's assumption of normal differences, "
+             f"before any correction for the board's other comparisons; ranks and bold cells use {holm_floor_words(board)}.",
+             ""]
     header = [f"recipe − {ref}"] + [column_format(c).title for c in columns]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---|" + "|".join("---:" for _ in columns) + "|")
@@ -825,6 +854,18 @@ def paired_markdown(board: ScenarioBoard) -> list[str]:
         cells = {r["metric"]: format_difference(r["mean"], r["ci95"], int(r["n"]), r["metric"]) for _, r in rows.iterrows()}
         lines.append("| " + " | ".join([_md_escape(f"{label} − {ref}")] + [cells[c] for c in columns]) + " |")
     return lines
+
+
+def holm_floor_words(board: ScenarioBoard | None, m: int | None = None) -> str:
+    """``the paired sign-flip test with Holm's correction over the board's 6 comparisons (below), which
+    assumes nothing about their distribution but cannot reach α/6 with fewer than 8 seeds``."""
+    if m is None:
+        m = sum(c.made for c in board.comparisons(SORT_KEY)) if board is not None else 1
+    m = max(1, m)
+    over = f"over the board's {m} comparison{'s' if m != 1 else ''} " if m > 1 else ""
+    level = f"α/{m} (Holm's first step)" if m > 1 else f"α {ALPHA:g}"
+    return (f"the paired sign-flip test with Holm's correction {over}(below), which assumes nothing about their "
+            f"distribution but cannot reach {level} with fewer than {min_seeds(m, test=BOARD_TEST)} seeds")
 
 
 def _seed_key(seed: Any) -> Any:
