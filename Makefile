@@ -32,8 +32,10 @@ $(STAMP): pyproject.toml
 	$(COMPILE) -x $(UNUSED) $(SITE) >/dev/null || true
 	touch $(STAMP)
 
-# Tests also exercise the optional SWE-bench logic (swebench, no engine needed) and the sandbox,
-# which uses bubblewrap when it can be installed (root on Debian/Ubuntu) and rlimits otherwise;
+# Tests also exercise the optional SWE-bench logic (swebench) and the sandbox, which uses bubblewrap when
+# it can be installed (root on Debian/Ubuntu) and rlimits otherwise, and Docker: as root on Debian, docker.io
+# and mmdebstrap are installed here and .ci/with-docker starts dockerd for the test run (elsewhere the
+# Docker tests skip with one line);
 # the leaderboard site is opened in Debian's headless Chromium when it can be installed (else that test skips).
 $(TESTS): $(STAMP)
 	$(UV) -e ".[dev,swe]"
@@ -46,6 +48,10 @@ $(TESTS): $(STAMP)
 	  (apt-get install -y -qq --no-install-recommends chromium-headless-shell || \
 	   apt-get install -y -qq --no-install-recommends chromium) >/dev/null) || \
 	  echo "note: no headless Chromium; the leaderboard site's browser test will skip"; }
+	@{ command -v dockerd >/dev/null && command -v mmdebstrap >/dev/null; } || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io mmdebstrap >/dev/null) || \
+	  echo "note: no Docker engine or mmdebstrap (apt-get install docker.io mmdebstrap); the Docker tests will skip"; }
 	touch $(TESTS)
 
 install: $(STAMP)
@@ -60,12 +66,12 @@ demo: $(STAMP)
 ## 756 s once against 613 s with 2; 4 workers 780 s (Ray's start-up starves). Too variable to adopt.
 WORKERS := auto
 test: $(TESTS)
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
 
 ## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs, real-time
 ## backends, worker pools, sweeps)
 test-fast: $(TESTS)
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
+	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
 
 ## make bench: print the benchmark figures (speed, throughput)
 bench: $(TESTS)

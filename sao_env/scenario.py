@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
 from sao_env.tasks import TaskSource, build_source
 from sao_env.types import Task, Turn
@@ -193,6 +193,17 @@ class ScenarioSpec(_Strict):
     """Override of the DIS band's lower width for this scenario (r must exceed 1 - eps_low)."""
     dis_eps_high: float | None = None
     """Override of the DIS band's upper width for this scenario (r must stay below 1 + eps_high)."""
+    sandbox: Literal["bubblewrap", "docker"] = "bubblewrap"
+    """Where the policy's code runs (tool calls, test runs, grading; docs/sandbox.md): ``bubblewrap`` on this
+    machine, or ``docker``, a container of the sandbox image per run. Left out of the dumped configuration
+    at its default, so that the configuration hashes of runs made before the key existed stay the same."""
+
+    @model_serializer(mode="wrap")
+    def _omit_default_sandbox(self, handler):
+        data = handler(self)
+        if self.sandbox == "bubblewrap" and isinstance(data, dict):
+            data.pop("sandbox", None)
+        return data
 
     @model_validator(mode="after")
     def _schedule_fits(self) -> "ScenarioSpec":

@@ -122,6 +122,12 @@ class TaskEnv(gym.Env):
             return "", float(reward), done, truncated, info
         return self.truncate(observation), 0.0, False, False, info
 
+    @classmethod
+    def sandbox_options(cls, sandbox: str) -> dict[str, Any]:
+        """Constructor arguments that run this environment's code in ``sandbox`` (a scenario's
+        ``sandbox`` key other than the default); ``{}`` where it runs none."""
+        return {}
+
     # -- helpers --------------------------------------------------------------------------------
     def sample_latency(self, tool: str | None, turn: int | None = None) -> float:
         """Simulated seconds of this turn (or of turn ``turn``): the task's latency factor times the
@@ -165,6 +171,13 @@ def task_env_class(name: str) -> type[TaskEnv]:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_task_env(task: Task, *, latency: LatencySpec | None = None, max_turns: int = 1) -> TaskEnv:
-    """A fresh environment for ``task`` (episodes never share one: each has its own working copy)."""
-    return task_env_class(task.env)(latency=latency, max_turns=max_turns)
+def make_task_env(task: Task, *, latency: LatencySpec | None = None, max_turns: int = 1,
+                  sandbox: str = "bubblewrap") -> TaskEnv:
+    """A fresh environment for ``task`` (episodes never share one: each has its own working copy).
+
+    ``sandbox`` is the scenario's: ``bubblewrap`` (each environment's default executor) or ``docker``
+    (the environments that run code get ``docker_sandbox``'s executor: ``TaskEnv.sandbox_options``)."""
+    cls = task_env_class(task.env)
+    if sandbox == "bubblewrap":
+        return cls(latency=latency, max_turns=max_turns)
+    return cls(latency=latency, max_turns=max_turns, **cls.sandbox_options(sandbox))

@@ -55,6 +55,14 @@ class PythonToolEnv(TaskEnv):
         self.tool_calls = 0
         self.answer: str | None = None
 
+    @classmethod
+    def sandbox_options(cls, sandbox: str) -> dict[str, Any]:
+        """``sandbox: docker``: every tool call in a container of the sandbox image, under the tool's limits."""
+        from sao_env.sandbox import docker_sandbox
+        from sao_env.tasks.tool_math import TOOL_LIMITS
+
+        return {"executor": docker_sandbox(TOOL_LIMITS)} if sandbox == "docker" else {}
+
     def _start(self, task: Task) -> str:
         api = task.reference.get("api", "v1")
         if api not in TOOL_APIS:

@@ -63,6 +63,13 @@ class RepoEnv(TaskEnv):
             return float(self.test_timeout_s)
         return float(self.task.reference.get("timeout_s", DEFAULT_TIMEOUT_S)) if self.task else DEFAULT_TIMEOUT_S
 
+    @classmethod
+    def sandbox_options(cls, sandbox: str) -> dict[str, Any]:
+        """``sandbox: docker``: test runs and grading in a container of the sandbox image (default limits)."""
+        from sao_env.sandbox import Limits, docker_sandbox
+
+        return {"executor": docker_sandbox(Limits())} if sandbox == "docker" else {}
+
     def _start(self, task: Task) -> str:
         self._cleanup()
         self.files = dict(task.reference["files"])

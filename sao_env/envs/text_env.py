@@ -70,7 +70,8 @@ class ScenarioEnv(gym.Env):
         if self._env is not None:
             self._env.close()
         spec = self.scenario.spec
-        self._env = make_task_env(task, latency=spec.latency, max_turns=spec.max_turns)
+        self._env = make_task_env(task, latency=spec.latency, max_turns=spec.max_turns,
+                                  sandbox=spec.sandbox)
         observation, _ = self._env.reset(seed=int(self.np_random.integers(2**31)), options={"task": task})
         return observation, {"task": task, "phase": task.metadata.get("phase"), "time_s": self.time_s}
 

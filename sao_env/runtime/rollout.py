@@ -86,7 +86,8 @@ def play(
     ``sampler`` generates each turn (``generate.sample``'s signature; a vLLM engine's in
     ``policy/vllm_generator.py``).
     """
-    envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns) for task in tasks]
+    envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns, sandbox=spec.sandbox)
+            for task in tasks]
     rollouts = [Rollout(task) for task in tasks]
     for env, task, rollout, seed in zip(envs, tasks, rollouts, env_seeds):
         prompt, _ = env.reset(seed=int(seed), options={"task": task})

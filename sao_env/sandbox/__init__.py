@@ -9,6 +9,9 @@
 
 Executors: ``LocalExecutor`` (bubblewrap; rlimits-only fallback, reported by ``.isolation`` and
 ``sandbox_status()``) and ``DockerExecutor`` (containers; ``exec_in`` for SWE-bench images).
+A scenario picks one with its ``sandbox`` key: ``bubblewrap`` (the default: ``LocalExecutor``, warm
+interpreters) or ``docker`` (``docker_sandbox``: a container of the sandbox image per run, the image
+built from Debian's packages when missing, ``sao_env.sandbox.images``).
 ``sao_env.sandbox.warm`` keeps a sandboxed interpreter running and forks it per call (the Python
 tool and forge test runs use it: no namespace or interpreter start-up per call).
 """
@@ -16,7 +19,9 @@ tool and forge test runs use it: no namespace or interpreter start-up per call).
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
+import threading
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -25,14 +30,41 @@ from sao_env.sandbox.base import ExecResult, Executor, Limits
 from sao_env.sandbox.docker_exec import DockerExecutor
 from sao_env.sandbox.local import LocalExecutor, fresh_workdir, sandbox_status
 
-__all__ = ["DockerExecutor", "ExecResult", "Executor", "Limits", "LocalExecutor", "default_executor",
-           "fresh_workdir", "run_python", "sandbox_status"]
+__all__ = ["SANDBOXES", "DockerExecutor", "ExecResult", "Executor", "Limits", "LocalExecutor", "default_executor",
+           "docker_sandbox", "fresh_workdir", "run_python", "sandbox_status"]
+
+SANDBOXES = ("bubblewrap", "docker")
+"""The values of a scenario's ``sandbox`` key."""
 
 
 @lru_cache(maxsize=1)
 def default_executor() -> LocalExecutor:
     """The shared ``LocalExecutor()`` (default limits, no network); it holds no per-run state."""
     return LocalExecutor()
+
+
+_docker_lock = threading.Lock()
+
+
+def docker_sandbox(limits: Limits = Limits()) -> DockerExecutor:
+    """The shared ``DockerExecutor`` of the sandbox image with ``limits`` (memory ``limits.memory_mb``,
+    one CPU): a scenario's executor under ``sandbox: docker``. The image is built first when it is
+    missing (one line on stderr says so); no engine or no way to build is a one-line ``UserError``."""
+    with _docker_lock:  # one executor per limits in a process: caches key verdicts by executor
+        return _docker_sandbox(limits)
+
+
+@lru_cache(maxsize=None)
+def _docker_sandbox(limits: Limits) -> DockerExecutor:
+    from sao_env.sandbox.images import client, ensure_image
+
+    engine = client()
+
+    def report(line: str) -> None:
+        if line.startswith("built"):
+            print(f"sao-env: {line}", file=sys.stderr)
+
+    return DockerExecutor(ensure_image(report=report, docker_client=engine), limits=limits, client=engine)
 
 
 def run_python(code: str, *, executor: Executor | None = None, timeout_s: float = 5.0,

@@ -1,12 +1,16 @@
-"""Run untrusted commands in Docker containers (SWE-bench images, or any image with a shell).
+"""Run untrusted commands in Docker containers (the sandbox image, SWE-bench images, any image with a shell).
 
 The docker SDK is imported when a ``DockerExecutor`` is constructed, never at package import.
-Only the "no engine" path is tested in CI (no engine there); the rest follows the SDK's
-documented calls.
+Every container it creates carries the labels ``sao-env.sandbox`` and ``sao-env.owner``
+(host, pid and start time of the harness process); constructing the first executor of a process
+removes the labelled containers whose owner process is gone (a harness killed mid-episode leaves
+its container running; the next start reaps it). ``reap()`` does the same on demand.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -18,21 +22,100 @@ from sao_env.sandbox.base import Capture, ExecResult, Limits, classify, one_line
 _READ_GRACE_S = 5.0
 """How long after the timeout we still wait for the output stream before giving up on it."""
 
+LABEL = "sao-env.sandbox"
+OWNER = "sao-env.owner"
+SANDBOX_USER = "65534:65534"
+"""The user a container's command runs as when the harness is root (``nobody``); otherwise the caller's ids."""
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_reaped: set[str] = set()
+_reap_lock = threading.Lock()
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def owner_labels() -> dict[str, str]:
+    """The labels that mark a container as this process's: reaped once the process is gone."""
+    return {LABEL: "1", OWNER: f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"}
+
+
+def _orphaned(owner: str) -> bool:
+    """A container's owner label names a process of this host that no longer runs."""
+    try:
+        host, pid, started = owner.rsplit(":", 2)
+        pid_number = int(pid)
+    except ValueError:
+        return False
+    if host != socket.gethostname():
+        return False
+    return _start_time(pid_number) != started
+
+
+def reap(client: Any) -> int:
+    """Remove every labelled container whose owner process (on this host) is gone; how many."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner = (container.labels or {}).get(OWNER, "")
+        if _orphaned(owner):
+            try:
+                container.remove(force=True)
+                removed += 1
+            except Exception:  # noqa: BLE001 - removed by someone else meanwhile
+                pass
+    return removed
+
+
+def _reap_once(client: Any) -> None:
+    key = str(getattr(getattr(client, "api", None), "base_url", id(client)))
+    with _reap_lock:
+        if key in _reaped:
+            return
+        _reaped.add(key)
+    try:
+        reap(client)
+    except Exception:  # noqa: BLE001 - reaping is housekeeping: never stop a run for it
+        pass
+
+
+def engine_problem() -> str | None:
+    """None when a Docker engine answers a ping, else why not (one line)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed (pip install 'sao-env[swe]')"
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.close()
+    except Exception as exc:  # noqa: BLE001
+        return one_line(exc, 160)
+    return None
+
 
 class DockerExecutor:
     """``run`` starts a fresh container per command with ``workdir`` bind-mounted at ``mount``;
     ``exec_in`` runs a command inside an existing container (a SWE-bench instance's).
 
-    Limits: memory (``mem_limit``, no swap), processes (``Limits.nproc`` as the pids cgroup
-    limit), CPUs (``cpus``), open files / file size / core as ulimits, a size-capped /tmp
-    tmpfs, all capabilities dropped, no-new-privileges, no network unless asked. The wall-clock
-    timeout kills the container; output is capped like ``LocalExecutor``'s.
+    Limits: memory (``mem_limit``, default ``Limits.memory_mb``, no swap), processes
+    (``Limits.nproc`` as the pids cgroup limit), CPUs (``cpus``), open files / file size / CPU time /
+    core as ulimits, a read-only root file system with a size-capped /tmp tmpfs (and /dev/shm),
+    all capabilities dropped, no-new-privileges, no network unless asked, the wall clock (the
+    container is killed). The command runs as uid/gid 65534 when the harness is root (the working
+    copy is handed to it first, as under bubblewrap), else as the caller's ids. Output is capped
+    like ``LocalExecutor``'s.
     """
 
     python: str = "python3"
     """The interpreter a tool should name inside the image."""
 
-    def __init__(self, image: str, *, mem_limit: str = "2g", network_disabled: bool = True,
+    def __init__(self, image: str, *, mem_limit: str | None = None, network_disabled: bool = True,
                  limits: Limits = Limits(), cpus: float = 1.0, mount: str = "/work",
                  user: str | None = None, client: Any = None):
         try:
@@ -40,61 +123,87 @@ class DockerExecutor:
         except ImportError:
             raise UserError("the Docker executor needs the docker SDK: pip install 'sao-env[swe]'") from None
         try:
-            self._client = client if client is not None else docker.from_env(timeout=10)
+            self._client = client if client is not None else docker.from_env(timeout=30)
             self._client.ping()
         except Exception as exc:  # noqa: BLE001 - any failure to reach the engine is the same news
             raise UserError(f"no Docker engine reachable ({one_line(exc)}): the Docker executor needs one") from None
         self._docker = docker
         self.image = image
-        self.mem_limit = mem_limit
+        self.mem_limit = mem_limit or f"{limits.memory_mb}m"
         self.network_disabled = network_disabled
         self.limits = limits
         self.cpus = cpus
         self.mount = mount
-        self.user = user
+        self.user = user if user is not None else (SANDBOX_USER if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}")
+        self.isolation = f"docker ({image})"
+        _reap_once(self._client)
+
+    def __repr__(self) -> str:
+        return f"DockerExecutor(image={self.image!r}, mem_limit={self.mem_limit!r}, limits={self.limits})"
 
     def run(self, argv: list[str], *, workdir: Path, timeout_s: float,
             env: dict[str, str] | None = None) -> ExecResult:
-        """Run ``argv`` in a new container of ``image``; ``workdir`` is mounted read-write at ``mount``.
-
-        Files the container writes belong to the image's user (often root) on the host.
-        """
+        """Run ``argv`` in a new container of ``image``; ``workdir`` is mounted read-write at ``mount``."""
         started = time.monotonic()
         lim = self.limits
+        workdir = Path(workdir).resolve()
+        if not workdir.is_dir():
+            raise ValueError(f"workdir {workdir} is not a directory")
+        environment = sandbox_env(path=PATH, home=self.mount, extra=env)
+        if os.geteuid() == 0 and self.user == SANDBOX_USER:
+            from sao_env.sandbox.local import SANDBOX_UID, _hand_over
+
+            _hand_over(workdir, SANDBOX_UID)
         ulimit = self._docker.types.Ulimit
-        container = self._client.containers.create(
-            self.image, command=list(argv), working_dir=self.mount,
-            volumes={str(Path(workdir).resolve()): {"bind": self.mount, "mode": "rw"}},
-            environment=sandbox_env(path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                    home=self.mount, extra=env),
-            network_disabled=self.network_disabled, mem_limit=self.mem_limit,
-            memswap_limit=self.mem_limit, pids_limit=lim.nproc, nano_cpus=int(self.cpus * 1e9),
-            ulimits=[ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
-                     ulimit(name="fsize", soft=lim.fsize_mb << 20, hard=lim.fsize_mb << 20),
-                     ulimit(name="cpu", soft=lim.cpu_seconds(timeout_s), hard=lim.cpu_seconds(timeout_s)),
-                     ulimit(name="core", soft=0, hard=0)],
-            cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": f"rw,nosuid,size={lim.tmpfs_mb}m"}, user=self.user,
-            log_config=self._docker.types.LogConfig(type="json-file", config={"max-size": "1m"}),
-            stdin_open=False, tty=False, detach=True)
+        cpu_s = lim.cpu_seconds(timeout_s)
+        try:
+            container = self._client.containers.create(
+                self.image, command=list(argv), working_dir=self.mount, labels=owner_labels(),
+                volumes={str(workdir): {"bind": self.mount, "mode": "rw"}}, environment=environment,
+                network_mode="none" if self.network_disabled else None, mem_limit=self.mem_limit,
+                memswap_limit=self.mem_limit, pids_limit=lim.nproc, nano_cpus=int(self.cpus * 1e9),
+                ulimits=[ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
+                         ulimit(name="fsize", soft=lim.fsize_mb << 20, hard=lim.fsize_mb << 20),
+                         ulimit(name="cpu", soft=cpu_s, hard=cpu_s),
+                         ulimit(name="core", soft=0, hard=0)],
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={lim.tmpfs_mb}m"}, shm_size=f"{lim.tmpfs_mb}m",
+                user=self.user, hostname="sandbox",
+                log_config=self._docker.types.LogConfig(type="json-file", config={"max-size": "1m"}),
+                stdin_open=False, tty=False, detach=True)
+        except Exception as exc:  # noqa: BLE001 - ImageNotFound, APIError: the sandbox, not the program
+            return ExecResult(None, "", "", False, f"sandbox unavailable: {one_line(exc)}",
+                              time.monotonic() - started, False)
+        out, err = Capture(lim.output_bytes), Capture(lim.output_bytes)
+        timed_out, returncode, oom = False, None, False
         try:
             stream = container.attach(stdout=True, stderr=True, stream=True, demux=True, logs=True)
-            out, err = Capture(lim.output_bytes), Capture(lim.output_bytes)
             reader = threading.Thread(target=_drain, args=(stream, out, err), daemon=True)
-            container.start()
             reader.start()
-            timed_out, returncode = False, None
+            container.start()
+            deadline = time.monotonic() + timeout_s
             try:
                 returncode = container.wait(timeout=timeout_s)["StatusCode"]
             except Exception:  # requests' ReadTimeout/ConnectionError: the wall clock ran out
-                timed_out = True
+                timed_out = time.monotonic() >= deadline - 0.05
+                if not timed_out:
+                    raise
                 container.kill()
             reader.join(_READ_GRACE_S)
             container.reload()
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        except Exception as exc:  # noqa: BLE001 - the engine failed us mid-run
+            if not timed_out:
+                return ExecResult(None, out.text(), err.text(), False, f"sandbox setup failed: {one_line(exc)}",
+                                  time.monotonic() - started, out.truncated or err.truncated)
         finally:
-            container.remove(force=True)
-        if returncode is not None and returncode > 128:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - gone already; reaping covers the rest
+                pass
+        if timed_out:
+            returncode = None
+        elif returncode is not None and returncode > 128:
             returncode = 128 - returncode  # the shell convention 128+N: killed by signal N
         truncated = out.truncated or err.truncated
         reason = classify(returncode, timed_out=timed_out, stderr=err, truncated=truncated, oom_killed=oom)
