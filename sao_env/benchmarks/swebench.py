@@ -6,15 +6,22 @@ parsing a test log with the repository's own log parser, and grading a finished 
 when every FAIL_TO_PASS and PASS_TO_PASS test passes (``swebench.harness.grading``).
 
 Running the tests needs Docker: :func:`run_harness` calls ``swebench.harness.run_evaluation.main``
-and then grades each instance's ``test_output.txt`` with :func:`grade_swebench`.
+and then grades each instance's ``test_output.txt`` with :func:`grade_swebench`. SWE-bench
+Verified's instance images come from their registry (``docker pull``; a missing one is a one-line
+``UserError`` naming it). The forge's procedural instances go through the same harness with images
+built here (:func:`forge_task`, :func:`build_forge_image`): the sandbox image plus the instance's
+repository at ``/testbed``, registered in swebench's tables like any repository swebench knows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
+import resource
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -112,6 +119,7 @@ def make_test_spec(row: Mapping[str, Any], namespace: str | None = None):
     """
     _, test_spec = _swebench()
     require_full_rows([row], source=f"row {row.get('instance_id', '?')}")
+    register_forge_repo(row)
     try:
         return test_spec.make_test_spec(dict(row), namespace=namespace)
     except KeyError as err:
@@ -127,6 +135,7 @@ def grading_spec(row: Mapping[str, Any]):
     from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
 
     require_full_rows([row], source=f"row {row.get('instance_id', '?')}")
+    register_forge_repo(row)
     repo, version = str(row["repo"]), str(row["version"])
     if version not in MAP_REPO_VERSION_TO_SPECS.get(repo, {}):
         raise UserError(f"swebench has no specs for {repo} version {version}")
@@ -212,6 +221,23 @@ def require_docker() -> None:
         raise UserError(f"no Docker engine reachable ({reason}): SWE-bench evaluation needs one")
 
 
+def require_instance_image(client: Any, image: str) -> None:
+    """A one-line UserError naming ``image`` and how to get it when the engine does not have it.
+
+    SWE-bench Verified's images come only from their registry (``docker pull``): the one step of
+    the harness this project does not run in its tests. A forge instance's image is built here."""
+    try:
+        client.images.get(image)
+        return
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound and friends
+        pass
+    if image.split("/")[0] == FORGE_NAMESPACE:
+        how = "build it with sao_env.benchmarks.swebench.build_forge_image(task)"
+    else:
+        how = f"docker pull {image} (from the SWE-bench registry on Docker Hub)"
+    raise UserError(f"the SWE-bench instance image {image} is not here: {how}")
+
+
 def run_harness(
     tasks: list[Task],
     predictions: list[Mapping[str, Any]],
@@ -229,10 +255,19 @@ def run_harness(
     """
     require_docker()
     _swebench()
+    import docker
     from swebench.harness import run_evaluation
 
     rows = [instance_row(t) for t in tasks]
     require_full_rows(rows)
+    engine = docker.from_env()
+    for row in rows:
+        spec = make_test_spec(row, namespace=FORGE_NAMESPACE if is_forge(row) else namespace)
+        require_instance_image(engine, spec.instance_image_key)
+    namespaces = {FORGE_NAMESPACE if is_forge(row) else namespace for row in rows}
+    if len(namespaces) > 1:
+        raise UserError("run forge instances and SWE-bench Verified instances in separate harness runs")
+    namespace = namespaces.pop()
     workdir.mkdir(parents=True, exist_ok=True)
     instances_path = workdir / "swebench_instances.jsonl"
     with instances_path.open("w", encoding="utf-8") as handle:
@@ -240,16 +275,18 @@ def run_harness(
             handle.write(json.dumps(row, default=str) + "\n")
     predictions_path = write_predictions(workdir / "predictions.jsonl", predictions)
     previous = Path.cwd()
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)  # the harness sets soft = hard = open_file_limit
     os.chdir(workdir)
     try:
         run_evaluation.main(
             dataset_name=str(instances_path.resolve()), split="test", instance_ids=[t.id for t in tasks],
             predictions_path=str(predictions_path.resolve()), max_workers=max_workers, force_rebuild=False,
-            cache_level="env", clean=False, open_file_limit=4096, run_id=run_id, timeout=timeout_s,
+            cache_level="env", clean=False, open_file_limit=files[1], run_id=run_id, timeout=timeout_s,
             namespace=namespace, rewrite_reports=False, modal=False, report_dir=str(workdir),
         )
     finally:
         os.chdir(previous)
+        resource.setrlimit(resource.RLIMIT_NOFILE, files)
     results = {}
     by_id = {p["instance_id"]: p for p in predictions}
     for task in tasks:
@@ -264,8 +301,112 @@ def run_harness(
     return results
 
 
+# ----------------------------------------------------------------------------- forge instances
+
+
+FORGE_NAMESPACE = "sao-env"
+"""The image namespace of forge instances' images (``sao-env/sweb.eval.x86_64.<id>:latest``): local only."""
+FORGE_SPECS = {"python": "3.11", "test_cmd": "python3 -m pytest -rA -p no:cacheprovider tests"}
+"""swebench's specs of a forge repository (every version): the sandbox image's interpreter runs pytest on
+the whole ``tests/`` folder, as the forge grader does (a forge instance's PASS_TO_PASS spans every test file;
+the test patch's files, which swebench appends, are collected once)."""
+CONDA_SHIM = """\
+# sao-env: swebench's scripts source this file and run `conda activate testbed`; in a forge
+# instance's image the image's own python3 is the environment, so there is nothing to activate.
+conda() { :; }
+"""
+TESTBED = "testbed"
+
+
+def is_forge(row: Mapping[str, Any]) -> bool:
+    return str(row.get("repo", "")).startswith("forge/")
+
+
+def register_forge_repo(row: Mapping[str, Any]) -> None:
+    """Enter a forge repository in swebench's tables, as swebench lists the repositories it knows:
+    its specs (``FORGE_SPECS``), the pytest log parser and the Python extension. Other rows: nothing."""
+    if not is_forge(row):
+        return
+    from swebench.harness.constants import MAP_REPO_TO_EXT, MAP_REPO_VERSION_TO_SPECS
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+    from swebench.harness.log_parsers.python import parse_log_pytest
+
+    repo = str(row["repo"])
+    MAP_REPO_VERSION_TO_SPECS.setdefault(repo, {})[str(row["version"])] = dict(FORGE_SPECS)
+    MAP_REPO_TO_PARSER[repo] = parse_log_pytest
+    MAP_REPO_TO_EXT[repo] = "py"
+
+
+def forge_task(task: Task) -> Task:
+    """A forge task (``env="repo"``) as a SWE-bench task (``env="swebench"``): the same instance, its
+    dataset row in ``reference["instance"]`` and the forge's reference kept beside it."""
+    import dataclasses
+
+    ref = task.reference
+    row = {name: ref[name] for name in ("instance_id", "repo", "base_commit", "problem_statement", "patch",
+                                        "test_patch", "created_at", "version", "environment_setup_commit",
+                                        "hints_text")}
+    row["FAIL_TO_PASS"] = json.dumps(list(ref["FAIL_TO_PASS"]))  # the hub's form, as ForgeInstance.swebench_row
+    row["PASS_TO_PASS"] = json.dumps(list(ref["PASS_TO_PASS"]))
+    return dataclasses.replace(task, env="swebench", grader=GRADER_NAME,
+                               reference={"instance": row, "forge": dict(ref)})
+
+
+def build_forge_image(task: Task, *, client: Any = None, base: str | None = None) -> str:
+    """The instance image swebench's harness looks for, for a forge task (``forge_task`` form or the
+    forge's own): the sandbox image (``base``; built when missing) plus the instance's git repository
+    at ``/testbed`` on ``base_commit``, a ``conda`` shim (``CONDA_SHIM``) and tini as its init (so that
+    swebench's ``container.stop`` ends the container at once). Reused when present;
+    returns its key (``sao-env/sweb.eval.x86_64.<id>:latest``)."""
+    from sao_env.sandbox.docker_exec import owner_labels
+    from sao_env.sandbox.images import client as engine
+    from sao_env.sandbox.images import ensure_image
+    from sao_env.tasks.forge.instances import materialize
+
+    handle = client if client is not None else engine()
+    swe = task if task.env == "swebench" else forge_task(task)
+    forge_ref = swe.reference.get("forge")
+    if forge_ref is None:
+        raise UserError(f"task {task.id} is not a forge instance")
+    key = make_test_spec(instance_row(swe), namespace=FORGE_NAMESPACE).instance_image_key
+    try:
+        handle.images.get(key)
+        return key
+    except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: build it
+        pass
+    base = base or ensure_image(docker_client=handle)
+    with tempfile.TemporaryDirectory(prefix="sao-forge-image-") as folder:
+        repo = materialize(forge_ref, Path(folder) / TESTBED)
+        payload = io.BytesIO()
+        with tarfile.open(fileobj=payload, mode="w") as tar:
+            def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                return info
+
+            tar.add(repo, arcname=TESTBED, filter=owned_by_root)
+            shim = CONDA_SHIM.encode()
+            for name in ("opt", "opt/miniconda3", "opt/miniconda3/bin"):
+                info = tarfile.TarInfo(name)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            info = tarfile.TarInfo("opt/miniconda3/bin/activate")
+            info.size, info.mode = len(shim), 0o644
+            tar.addfile(info, io.BytesIO(shim))
+        container = handle.containers.create(base, command=["true"], labels=owner_labels())
+        try:
+            container.put_archive("/", payload.getvalue())
+            repository, tag = key.rsplit(":", 1)
+            container.commit(repository=repository, tag=tag,
+                             changes=["WORKDIR /testbed", 'ENTRYPOINT ["/usr/bin/tini", "--"]'])
+        finally:
+            container.remove(force=True)
+    return key
+
+
 __all__ = [
     "GRADING_COLUMNS", "SWEBENCH_COLUMNS", "extract_patch", "prediction", "write_predictions", "instance_row",
     "require_full_rows", "make_test_spec", "grading_spec", "parse_test_log", "grade_swebench", "docker_unreachable_reason",
-    "require_docker", "run_harness",
+    "require_docker", "run_harness", "require_instance_image", "register_forge_repo", "forge_task",
+    "build_forge_image", "FORGE_NAMESPACE",
 ]

@@ -1,8 +1,10 @@
 """SWE-bench Verified as a multi-turn tool environment: the tools run inside the instance's container.
 
-The episode starts a container from the instance's SWE-bench image (``sweb.eval.x86_64.<id>``,
-pulled from the ``swebench`` namespace when missing) with the repository at ``/testbed`` on the
-base commit. The policy uses the coding command language of ``sao_env.tasks.coding_tools`` with
+The episode starts a container from the instance's SWE-bench image (``swebench/sweb.eval.x86_64.<id>``
+for SWE-bench Verified, which must have been pulled: a missing one is a one-line ``UserError`` with the
+``docker pull`` command; ``sao-env/sweb.eval.x86_64.<id>`` for a forge instance, built by
+``sao_env.benchmarks.swebench.build_forge_image``) with the repository at ``/testbed`` on the base
+commit, no network, labelled as the sandbox's containers are (reaped if the harness dies). The policy uses the coding command language of ``sao_env.tasks.coding_tools`` with
 the same observations as ``RepoEnv``: ``view`` and ``edit`` read (and write back) the file in the
 container, ``diff`` runs ``git apply`` there, ``run_tests`` runs the instance's evaluation script,
 ``submit`` ends. At the end the model patch is ``git diff`` of the working tree against the base
@@ -12,8 +14,8 @@ swebench's own parser and rule (``sao_env.benchmarks.swebench``): resolved when 
 and PASS_TO_PASS test passes.
 
 Without a reachable Docker engine ``reset`` raises a one-line ``UserError`` that says so. The
-shell commands the tools run need no engine to build and are tested against a local git checkout
-in the bubblewrap sandbox.
+shell commands the tools run are tested against a local git checkout in the bubblewrap sandbox, and
+a whole episode against a forge instance's image in a real engine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import base64
 import shlex
 from typing import Any
 
-from sao_env.benchmarks.swebench import grade_swebench, instance_row, make_test_spec, require_docker
+from sao_env.benchmarks.swebench import (
+    FORGE_NAMESPACE,
+    grade_swebench,
+    instance_row,
+    is_forge,
+    make_test_spec,
+    require_docker,
+    require_instance_image,
+)
 from sao_env.tasks import coding_tools as tools
 from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.scenario import LatencySpec
@@ -53,7 +63,9 @@ def apply_diff_argv(patch: str) -> list[str]:
 
 
 def run_script_argv(script: str) -> list[str]:
-    return ["bash", "-c", script]
+    """The evaluation script with its stderr merged into stdout, as swebench's harness reads it: the
+    script traces its commands (``set -x``), so the start and end markers of the test output are on stderr."""
+    return ["bash", "-c", "exec 2>&1\n" + script]
 
 
 def tail(log: str, limit: int = 1500) -> str:
@@ -77,17 +89,18 @@ class SWEBenchEnv(TaskEnv):
         require_docker()
         from sao_env.sandbox import DockerExecutor
 
+        from sao_env.sandbox.docker_exec import owner_labels
+
         self.close()
-        self.test_spec = make_test_spec(instance_row(task), namespace=self.namespace)
+        row = instance_row(task)
+        self.test_spec = make_test_spec(row, namespace=FORGE_NAMESPACE if is_forge(row) else self.namespace)
         image = self.test_spec.instance_image_key
         self.executor = DockerExecutor(image)
         client = self.executor._client
-        try:
-            client.images.get(image)
-        except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound and friends: fetch it
-            client.images.pull(image)
+        require_instance_image(client, image)
         self.container = client.containers.run(image, command=["sleep", "infinity"], detach=True,
-                                               working_dir=REPO_DIR, network_disabled=True, mem_limit="4g")
+                                               working_dir=REPO_DIR, network_mode="none", mem_limit="4g",
+                                               labels=owner_labels())
         return render_prompt(task) + TOOL_HINT
 
     def _exec(self, argv: list[str], timeout_s: float | None = None):

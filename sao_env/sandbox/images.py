@@ -5,7 +5,7 @@
     tag = ensure_image()                  # the tag, built first when missing
 
 The recipe: ``mmdebstrap --variant=minbase`` of the host's Debian release (``python3``, ``git``,
-``patch``) from the mirror apt uses on this machine, with the harness's own pytest and its
+``patch``, ``tini``) from the mirror apt uses on this machine, with the harness's own pytest and its
 pure-Python dependencies copied in from the running interpreter (so that a test log reads the same
 in a container as under bubblewrap), byte-compiled, then ``docker import``. The tag is the hash of
 that recipe: a changed package list or pytest version is a new tag, an unchanged one is reused.
@@ -35,7 +35,9 @@ from sao_env.sandbox.base import one_line
 
 REPOSITORY = "sao-env/sandbox"
 RECIPE_VERSION = 1
-DEBIAN_PACKAGES = ("python3", "git", "patch")
+DEBIAN_PACKAGES = ("python3", "git", "patch", "tini")
+"""tini: the init of SWE-bench instance images made from this one (their ``tail -f /dev/null`` then stops on
+SIGTERM at once instead of after docker's 10-15 s grace)."""
 PYTHON_PACKAGES = ("pytest", "pluggy", "iniconfig", "packaging", "pygments")
 """Copied from the running interpreter: pytest and what it imports (all pure Python)."""
 EXCLUDED = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
