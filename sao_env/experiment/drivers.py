@@ -5,10 +5,13 @@ They plan, order and report; they never reach inside a run (``sao_env.experiment
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -48,8 +51,36 @@ def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None 
                 return json.loads((plan.out / "summary.json").read_text()), time.perf_counter() - start
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int | None = None) -> None:
     torch.set_num_threads(1)
+    if parent is not None:
+        _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this worker when its parent ends, however it ends (kill -9 included).
+
+    A pool's worker left without its parent would otherwise go on making every queued run, none of
+    them reported or recorded, then wait forever for work holding its memory. On Linux the kernel
+    sends SIGKILL (``PR_SET_PDEATHSIG``; no thread, so ``fork_is_safe`` still holds in the worker);
+    elsewhere a daemon thread polls the parent's pid. A run killed this way resumes from its last
+    checkpoint, and the runs that finished keep their directories, reused when the command runs again."""
+    if sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # the parent ended before the request took effect
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sao-env-parent-watch", daemon=True).start()
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -81,7 +112,7 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
                 on_done(plan, summary, seconds)
         return
     with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=_worker_context(),
-                             initializer=_init_worker) as pool:
+                             initializer=_init_worker, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(run_plan, plan, loggers=loggers, code=code, show_progress=False,
                                checkpoint_every=checkpoint_every): plan for plan in plans}
         try:
@@ -114,7 +145,7 @@ def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], Non
     say(f"warm start ({steps}): training it once before the runs, {threads} thread(s) on its forward passes; "
         f"cached in {next(iter(missing)).parent}")
     with ProcessPoolExecutor(max_workers=min(jobs, len(missing)), mp_context=multiprocessing.get_context("fork"),
-                             initializer=_init_worker) as pool:
+                             initializer=_init_worker, initargs=(os.getpid(),)) as pool:
         for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
             future.result()
     say(f"warm start trained in {time.perf_counter() - start:.0f} s")

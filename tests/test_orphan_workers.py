@@ -1,0 +1,142 @@
+"""A pool's workers die with their parent, however it ends (kill -9 included), and the runs they
+finished count when the command runs again.
+
+Left alone, a worker whose parent was killed moved to PPID 1, went on making every queued run (none
+of them reported, the grid's ledger never written) and then waited forever for work, holding its memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import shrink_overrides
+
+FAKE_RUNS = r"""
+import os, sys, time
+from pathlib import Path
+import sao_env.experiment.drivers as drivers
+
+out = Path(sys.argv[1])
+
+def fake_run_plan(plan, **kwargs):
+    (out / f"started-{plan}").write_text(str(os.getpid()))
+    time.sleep(0.4)
+    (out / f"done-{plan}").write_text("")
+    return {}, 0.4
+
+drivers.run_plan = fake_run_plan
+drivers._train_warm_starts = lambda *a, **k: None
+drivers.run_many(list(range(40)), jobs=2, code={"fixed": True}, on_done=lambda *a: None)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _kill_and_watch(parent: subprocess.Popen, workers: list[int]) -> float:
+    """kill -9 ``parent``; seconds until every worker has ended (the workers are ended by pid, and the
+    test fails, when that takes over 10 s)."""
+    parent.kill()
+    parent.wait()
+    start = time.monotonic()
+    try:
+        _wait_for(lambda: not any(_alive(w) for w in workers), 10.0, "the orphaned workers to end")
+    finally:
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+    return time.monotonic() - start
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_killed_parents_workers_end_within_seconds(tmp_path):
+    """40 queued runs of 0.4 s in 2 workers; the parent is killed after the second run ends: both
+    workers are gone within seconds and start no further run."""
+    parent = subprocess.Popen([sys.executable, "-c", FAKE_RUNS, str(tmp_path)], start_new_session=True)
+    try:
+        _wait_for(lambda: len(list(tmp_path.glob("done-*"))) >= 2, 60.0, "two runs to end")
+        workers = _children(parent.pid)
+        assert len(workers) == 2
+    except BaseException:
+        parent.kill()
+        raise
+    assert _kill_and_watch(parent, workers) < 5.0
+    started = len(list(tmp_path.glob("started-*")))
+    time.sleep(1.0)
+    assert len(list(tmp_path.glob("started-*"))) == started < 10
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_killed_grid_leaves_no_worker_and_its_finished_runs_reach_the_ledger(tmp_path):
+    """``sao-env grid --jobs 2`` of 4 short runs, killed (SIGKILL) once a run has finished: its workers
+    end within seconds, and the grid run again records every run in its ledger, the runs finished
+    before the kill reused from their directories, each run once."""
+    short = tuple(f"env.phases.{i}.duration_h=0.001" for i in range(3))
+    spec = {"title": "orphans", "scenarios": ["style-drift"], "seeds": [0, 1], "baseline": "grpo",
+            "cut": [*shrink_overrides("grpo"), *short],
+            "rows": [{"label": "grpo", "agent": "grpo"}, {"label": "running mean", "agent": "running_mean"}]}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    args = ["grid", str(path), "--out", str(out), "--runs-dir", str(runs)]
+    from sao_env.experiment import resolve_config
+    from sao_env.policy.warmstart import load_warm_started
+    from sao_env.scenario import Scenario
+
+    config = resolve_config("style-drift", "grpo", 0, spec["cut"])  # the session's warm start, trained once
+    load_warm_started(config.agent.model, Scenario(config.env), show_progress=False)
+    parent = subprocess.Popen([sys.executable, "-m", "sao_env.cli", *args, "--jobs", "2"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: any(runs.rglob("summary.json")), 300.0, "a run to finish")
+        workers = _children(parent.pid)
+        assert workers
+    except BaseException:
+        parent.kill()
+        raise
+    assert _kill_and_watch(parent, workers) < 5.0
+    finished = {p.parent for p in runs.rglob("summary.json")}
+    assert 1 <= len(finished) < 4
+    again = subprocess.run([sys.executable, "-m", "sao_env.cli", *args, "--jobs", "1"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert f"reusing {len(finished)} of 4 runs" in again.stderr
+    ledger = [json.loads(line) for line in (out / "finished.jsonl").read_text().splitlines()]
+    assert len(ledger) == 4 and len({e["config_hash"] for e in ledger}) == 4
+    assert {Path(e["row"]["run_dir"]).resolve() for e in ledger} >= {p.resolve() for p in finished}
