@@ -67,6 +67,7 @@ from sao_env.experiment import plan_run, reuse_check, run_many
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.tables import column_format, metric_columns, run_record
 from sao_env.provenance import code_key, code_version
+from sao_env.specs import parse_yaml, read_spec_text
 
 DEFAULT_METRIC = "online_reward"
 
@@ -223,9 +224,7 @@ def load_grid(path: Path, *, seeds: tuple[int, ...] | None = None, metric: str |
     """Read and validate a grid file (``seeds``/``metric`` replace the file's); a UserError in one line."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise UserError(f"{path}: cannot read the grid ({err.strerror or err})") from None
+        data = parse_yaml(read_spec_text(path, "grid"))
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict):

@@ -27,6 +27,12 @@ HOUR = 3600.0
 MAX_EVAL_POINTS = 100_000
 """The most held-out evaluations a scenario may schedule (its duration over ``eval.interval_h``, plus
 the final one): beyond it the schedule alone would not fit in memory, and the run would never end."""
+MAX_SIMULATED_HOURS = 1_000.0
+"""The longest scenario (its phases together), in simulated hours: 1,500 times style-drift's 0.65 h, weeks of
+CPU for one run; a longer one would not end."""
+MAX_NEW_TOKENS = 131_072
+"""The largest generation limit per turn (and 8x that, the largest context): buffers sized by it must fit in
+memory (100,000,000 asked for 307 GB)."""
 
 
 class _Strict(BaseModel):
@@ -181,11 +187,11 @@ class ScenarioSpec(_Strict):
     warm_start: WarmStartSpec = WarmStartSpec()
     rollout_slots: int = Field(8, gt=0)
     """Concurrent rollouts (the inference hardware); the same for every agent on the scenario."""
-    max_new_tokens: int = Field(24, gt=0)
+    max_new_tokens: int = Field(24, gt=0, le=MAX_NEW_TOKENS)
     """Generation limit per turn."""
     max_turns: int = Field(1, gt=0)
     """Turn limit of multi-turn episodes (the episode is then graded as it stands)."""
-    max_context_tokens: int = Field(4096, gt=0)
+    max_context_tokens: int = Field(4096, gt=0, le=8 * MAX_NEW_TOKENS)
     """An episode whose conversation outgrows this ends with reward 0 (reason ``context-limit``)."""
     domain: Literal["reasoning", "coding"] = "reasoning"
     """Selects the default DIS band: 0.3/5.0 for reasoning, 0.8/3.0 for coding (SAO paper)."""
@@ -209,6 +215,9 @@ class ScenarioSpec(_Strict):
     def _schedule_fits(self) -> "ScenarioSpec":
         """Refuse an evaluation schedule of more than ``MAX_EVAL_POINTS`` points before anything is built."""
         total_h = sum(p.duration_h for p in self.phases)
+        if math.isfinite(total_h) and total_h > MAX_SIMULATED_HOURS:
+            raise ValueError(f"the phases last {total_h:g} simulated hours, more than {MAX_SIMULATED_HOURS:,g}: "
+                             "such a run would not end; shorten the phases")
         points = total_h / self.eval.interval_h + 1
         if not math.isfinite(total_h) or points > MAX_EVAL_POINTS:
             raise ValueError(f"{total_h:g} simulated hours evaluated every {self.eval.interval_h:g} h is "

@@ -6,6 +6,7 @@ Spec folders sit at the repository root; a wheel ships them inside the package a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,50 @@ def find_spec(kind: str, name_or_path: str) -> Path:
     raise UserError(f"unknown {kind[:-1]} {name_or_path!r}; known: {known}")
 
 
+MAX_SPEC_BYTES = 1 << 20
+"""The largest spec file read (1 MiB; the largest committed spec, a grid, is 5 KB): a larger one is
+refused in one line before it is parsed, since a YAML parser's memory grows with the document (a 50 MB
+file of lists took over 16 GB and ten minutes)."""
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (ten times faster), else the pure-Python one."""
+
+
+def read_spec_text(path: Path, what: str = "spec") -> str:
+    """The text of the spec file ``path``, read at most ``MAX_SPEC_BYTES`` (so a pipe or a device ends too);
+    a larger, unreadable or non-UTF-8 file is a UserError in one line."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the {what} ({err.strerror or err})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise UserError(f"{path}: the {what} file is larger than {MAX_SPEC_BYTES >> 20} MiB; refused")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: the {what} file is not UTF-8 (byte {err.start})") from None
+
+
+def parse_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with libyaml's loader where it is available."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506  (a safe loader)
+
+
+def path_safe_name(name: str) -> str:
+    """``name`` as one path component: ``/`` (and the platform's other separator), and NUL become ``_``;
+    ``.``, ``..`` or nothing become underscores. Scenario and recipe names name run directories and board
+    files, so a name such as ``../../x`` must not lead out of the output folder (it becomes ``.._.._x``)."""
+    safe = name.replace("/", "_").replace("\0", "_")
+    if os.altsep or os.sep != "/":
+        safe = safe.replace(os.sep, "_").replace(os.altsep or os.sep, "_")
+    return "_" * max(len(safe), 1) if safe.strip(".") == "" else safe
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(read_spec_text(path))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sao_env.errors import UserError
-from sao_env.specs import available, find_spec  # noqa: F401  (re-exported)
+from sao_env.specs import available, find_spec, parse_yaml, read_spec_text  # noqa: F401  (available, find_spec: re-exported)
 
 
 # Fields each loader offers to the prompt template (the answer is never one of them).
@@ -100,7 +100,7 @@ def load_suite(name: str) -> SuiteSpec:
     """Read and validate ``evals/<name>.yaml``; errors name the file and the field."""
     path = find_spec("evals", name)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = parse_yaml(read_spec_text(path, "suite"))
     except yaml.YAMLError as err:
         raise UserError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from err
     if not isinstance(raw, dict):

@@ -17,7 +17,7 @@ from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
 from sao_env.runtime.sim import RuntimeSpec
 from sao_env.scenario import Scenario, ScenarioSpec
-from sao_env.specs import find_spec, load_yaml
+from sao_env.specs import find_spec, load_yaml, path_safe_name
 from sao_env.tasks import source_class
 
 
@@ -54,6 +54,9 @@ def resolve_config(env: str, agent: str, seed: int = 0, overrides: list[str] | t
     raw = {"env": load_yaml(find_spec("envs", env)), "agent": load_yaml(find_spec("agents", agent)), "seed": seed}
     for item in overrides:
         apply_override(raw, item)
+    for part in ("env", "agent"):  # names become run directories and board files: one path component each
+        if isinstance(raw[part], dict) and isinstance(raw[part].get("name"), str):
+            raw[part]["name"] = path_safe_name(raw[part]["name"])
     try:
         config = RunConfig(**raw)
         build_agent_config(config.agent)

@@ -448,6 +448,9 @@ def plot_map(agg: pd.DataFrame, path: Path, *, axes: list[str], rows: list[str],
                        "line: mean over seeds\nband: 95% t-interval over seeds", title_fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from sao_env.leaderboard.plots import as_plain_text
+
+    as_plain_text(fig)  # names as written, never mathtext
     fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path

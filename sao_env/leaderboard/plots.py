@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -25,6 +26,27 @@ LEGEND_WIDTH = 48
 """Legend entries (a recipe with its overrides can be long) wrap at this many characters."""
 BAND = "95% t-interval over seeds"
 """What the shaded band around each line is (also printed in the legend)."""
+
+
+_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
+def as_plain_text(fig) -> None:
+    """Escape every ``$`` in ``fig``'s texts (titles, legends, labels, fixed tick labels): names of
+    recipes, phases, rows and axis values reach a plot as written, never as mathtext, where an odd
+    ``$`` would stop the plot (and the run that draws it). Numeric tick labels, made when the figure
+    is drawn, keep their mathtext."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter
+
+    for text in fig.findobj(Text):
+        if "$" in text.get_text():
+            text.set_text(_DOLLAR.sub(r"\\$", text.get_text()))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for formatter in (axis.get_major_formatter(), axis.get_minor_formatter()):
+                if isinstance(formatter, FixedFormatter):
+                    formatter.seq = [_DOLLAR.sub(r"\\$", str(label)) for label in formatter.seq]
 
 
 def load_evals(run_dir: Path) -> list[dict]:
@@ -105,6 +127,7 @@ def plot_curves(curves: pd.DataFrame, facts: dict, path: Path, *, title: str, or
     ax.grid(alpha=0.3)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    as_plain_text(fig)
     fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight", bbox_extra_artists=[legend])
     plt.close(fig)
     return path
@@ -164,6 +187,7 @@ def plot_training(runs: dict[str, Path], path: Path, *, title: str, window: int 
     axes[-1].set_xlabel("learner update")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    as_plain_text(fig)
     fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path

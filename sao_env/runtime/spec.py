@@ -29,9 +29,10 @@ class RuntimeSpec(BaseModel):
     """Generate the requests started under the same weights together, as one batch. Each episode
     samples from its own stream (seed, request, member), so the run equals one-request-at-a-time
     generation up to float rounding between batch shapes (tests/test_batched_generation.py)."""
-    time_scale: float = Field(0.05, gt=0)
+    time_scale: float = Field(0.05, gt=0, le=100)
     """Real-time backends: wall-clock seconds per scenario second. Phases last ``duration x time_scale``
-    of wall clock, and the latency model's environment waits are injected scaled by it (``sim`` ignores it)."""
+    of wall clock, and the latency model's environment waits are injected scaled by it (``sim`` ignores it).
+    At most 100 (a hundred times slower than the scenario's clock): a larger scale never ends."""
     workers: int | None = Field(None, ge=1)
     """Real-time backends: rollout workers (threads or Ray actors), each playing up to its share of the
     rollout slots as one batch (default: one per CPU of this machine, at most ``rollout_slots // group_size``)."""
