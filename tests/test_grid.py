@@ -113,9 +113,14 @@ def test_the_committed_regime_map_spans_1x_to_50x_tails_in_both_regimes():
     from the shipped scenario."""
     grid = plan_grid(load_grid(REPO / "leaderboards" / "regimes" / "grid.yaml"))
     spec = grid.spec
-    assert spec.baseline == "grpo" and len(spec.seeds) >= 5 and len(grid.runs) == 8 * 5 * 2 * len(spec.seeds)
-    assert {r.agent for r in spec.rows} >= {"sync_grpo", "sync_sao", "grpo", "grpo_dis", "sao", "sao_critic_parallel",
-                                            "sao_streaming", "running_mean"}
+    assert spec.baseline == "grpo" and len(spec.seeds) >= 5 and len(grid.runs) == 9 * 5 * 2 * len(spec.seeds)
+    recipes = {r.row: r.plan.config.agent for r in grid.runs}
+    assert set(recipes) == {"sync_grpo", "sync_sao", "grpo", "grpo_dis", "sao", "sao_critic_parallel",
+                            "sao_streaming", "running_mean", "sao_critic5x"}
+    assert {r.label: r.agent for r in spec.rows}["sao_critic5x"] == "sao"
+    for label in ("sao", "sync_sao", "sao_critic_parallel"):  # made with the critic at the actor's lr
+        assert recipes[label].hparams["critic_lr"] == recipes[label].hparams["lr"] == 1e-4
+    assert recipes["sao_critic5x"].hparams["critic_lr"] == 5 * recipes["sao_critic5x"].hparams["lr"]
     ratios = []
     for sigma in spec.axis_values["env.latency.env_sigma"]:
         run = next(r for r in grid.runs if r.row == "sao" and r.point[0] == axis_text(sigma))
