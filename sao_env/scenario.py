@@ -44,8 +44,9 @@ class _Strict(BaseModel):
 class SourceSpec(_Strict):
     name: str
     """Task source, see ``sao_env.tasks.TASK_SOURCES``."""
-    weight: float = Field(1.0, gt=0)
-    """Relative weight in the phase's mixture."""
+    weight: float = Field(1.0, ge=0)
+    """Relative weight in the phase's mixture; 0 keeps the source listed but never drawn (a mixture knob
+    whose levels draw the same random numbers), as long as one source of the phase has a positive weight."""
     params: dict[str, Any] = {}
     """Parameters of the source (validated by the source's own model)."""
 
@@ -59,6 +60,12 @@ class PhaseSpec(_Strict):
     """Gradual drift: the previous phase's mixture fades out linearly over this many hours (0 = abrupt)."""
     sources: list[SourceSpec] = Field(min_length=1)
     """The phase's task mixture."""
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> "PhaseSpec":
+        if not any(s.weight > 0 for s in self.sources):
+            raise ValueError(f"phase {self.name!r}: every source has weight 0; give one a positive weight")
+        return self
 
 
 class LatencySpec(_Strict):

@@ -9,7 +9,9 @@ its evaluation items must come from a split disjoint from training (benchmark st
 ``manifest() -> dict`` describing that split (written to the run directory).
 
 Entries are ``"module:Class"`` strings imported on first use; each class has a ``Params`` pydantic
-model that validates the YAML ``params``.
+model that validates the YAML ``params``. The procedural sources' models derive from
+``sao_env.tasks.variants.SourceParams``: a prompt pool (``pool``) and a hidden difficulty class
+(``difficulty_class``) for any of them.
 """
 
 from __future__ import annotations
@@ -49,5 +51,10 @@ def source_class(name: str) -> type:
 
 
 def build_source(name: str, params: dict[str, Any]) -> TaskSource:
+    """The source ``name`` built from its YAML ``params``; one that asks for a prompt pool or a difficulty
+    class (``sao_env.tasks.variants``) comes wrapped in ``VariantSource``."""
+    from sao_env.tasks.variants import VariantSource, variant_active
+
     source_cls = source_class(name)
-    return source_cls(source_cls.Params(**params), name=name)
+    source = source_cls(source_cls.Params(**params), name=name)
+    return VariantSource(source) if variant_active(source.params) else source

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from sao_env.tasks.variants import SourceParams
 from sao_env.types import Task
 
 STYLES: dict[str, str] = {
@@ -51,7 +52,7 @@ def parse_styled(response: str) -> tuple[str | None, int | None]:
     return None, None
 
 
-class StyledArithmeticParams(BaseModel):
+class StyledArithmeticParams(SourceParams):
     """One phase's task source: arithmetic problems whose prompt lists the candidate styles."""
 
     model_config = ConfigDict(extra="forbid")

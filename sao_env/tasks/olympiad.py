@@ -22,8 +22,9 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from sao_env.tasks.variants import SourceParams
 from sao_env.types import Task
 
 Generator = Callable[[np.random.Generator, int], tuple[str, str]]
@@ -421,7 +422,7 @@ def slipped_answer(category: str, answer: str) -> str:
     return render_pi_multiple(int(slipped)) if slipped.denominator == 1 else render_fraction(slipped) + "\\pi"
 
 
-class OlympiadParams(BaseModel):
+class OlympiadParams(SourceParams):
     """One phase's olympiad-style source: which categories, how often, how hard."""
 
     model_config = ConfigDict(extra="forbid")

@@ -31,14 +31,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from sao_env.sandbox import ExecResult, Executor, Limits, LocalExecutor
 from sao_env.sandbox import warm
 from sao_env.tasks.arithmetic import OPERATORS
+from sao_env.tasks.variants import SourceParams
 from sao_env.types import Task, Turn
 
 OPERATIONS = OPERATORS
@@ -211,7 +212,7 @@ def tool_observation(output: str) -> str:
     return f"<out>{output}</out>\n"
 
 
-class ToolArithmeticParams(BaseModel):
+class ToolArithmeticParams(SourceParams):
     """One phase's tool-arithmetic source: operand size, operations and the tool's API version."""
 
     model_config = ConfigDict(extra="forbid")
@@ -226,8 +227,18 @@ class ToolArithmeticParams(BaseModel):
     """Share of demonstrations that first call the tool the way another API version would, read
     the error, then call it right: the warm start then knows how to recover from a failed call,
     so that after a drift RL has a correct behaviour to reinforce (the prompt never names the API)."""
+    calls: int = Field(1, ge=1, le=8)
+    """Tool calls the task needs before its answer (the horizon knob): ``calls - 1`` more operations
+    chain onto the first, left to right, ``((a*b)+c)+d``, each one call on the previous result, so an
+    episode of ``calls`` calls and an answer needs ``max_turns >= calls + 1``; a first call in the wrong
+    API leaves no turn to spare, and its reward arrives ``calls`` turns later. 1: one operation, the
+    original task (the same draws)."""
+    chain_operations: list[str] = ["+"]
+    """Operations of the chained steps (``calls > 1``), each with a fresh ``digits``-digit operand."""
 
-    @field_validator("operations")
+    omit_at_default: ClassVar[tuple[str, ...]] = (*SourceParams.omit_at_default, "calls", "chain_operations")
+
+    @field_validator("operations", "chain_operations")
     @classmethod
     def _known_operations(cls, ops: list[str]) -> list[str]:
         unknown = sorted(set(ops) - set(OPERATIONS))
@@ -253,10 +264,20 @@ class ToolArithmeticSource:
         a, b = int(rng.integers(low, high)), int(rng.integers(low, high))
         op = p.operations[int(rng.integers(len(p.operations)))]
         answer = OPERATIONS[op](a, b)
+        expression, reference = f"{a}{op}{b}", {"operands": [a, b], "op": op}
+        if p.calls > 1:  # drawn after the first operation's numbers, so calls=1 draws as before
+            chain = []
+            for _ in range(p.calls - 1):
+                next_op = p.chain_operations[int(rng.integers(len(p.chain_operations)))]
+                c = int(rng.integers(low, high))
+                answer = OPERATIONS[next_op](answer, c)
+                expression = f"({expression}){next_op}{c}"
+                chain.append([next_op, c])
+            reference["chain"] = chain
         return Task(
             id=f"{self.name}-{phase}-{index:06d}",
-            prompt=f"{a}{op}{b}=? ({TOOL_HINT})\n",
-            reference={"answer": str(answer), "api": p.api, "operands": [a, b], "op": op},
+            prompt=f"{expression}=? ({TOOL_HINT})\n",
+            reference={"answer": str(answer), "api": p.api, **reference},
             grader=self.grader,
             metadata={"source": self.name, "phase": phase, "created_at": created_at, "api": p.api,
                       "difficulty": {"digits": p.digits, "operations": list(p.operations)}},
@@ -264,9 +285,9 @@ class ToolArithmeticSource:
         )
 
     def demonstrate(self, task: Task, rng: np.random.Generator | None) -> list[Turn]:
-        """A tool call with the task's API version, its exact observation, then ``\\boxed{answer}``;
-        with probability ``retry_share`` (``rng`` given) preceded by a call in another version's
-        style and the error it gets."""
+        """A tool call with the task's API version, its exact observation (one call per operation of a
+        chained task, each on the previous output), then ``\\boxed{answer}``; with probability
+        ``retry_share`` (``rng`` given) preceded by a call in another version's style and the error it gets."""
         api = TOOL_APIS[task.reference["api"]]
         op, (a, b) = task.reference["op"], task.reference["operands"]
         value = int(task.reference["answer"])
@@ -276,5 +297,11 @@ class ToolArithmeticSource:
             wrong = TOOL_APIS[others[int(rng.integers(len(others)))]]
             output = wrong_call_output(api.version, wrong.version, op)
             turns.append(Turn(tool_call_action(f"print({wrong.call(op, a, b)})"), tool_observation(output)))
-        call = tool_call_action(f"print({api.call(op, a, b)})")
-        return [*turns, Turn(call, tool_observation(api.printed(value))), Turn(f"\\boxed{{{value}}}")]
+        result = OPERATIONS[op](a, b)
+        turns.append(Turn(tool_call_action(f"print({api.call(op, a, b)})"), tool_observation(api.printed(result))))
+        for next_op, c in task.reference.get("chain", []):  # one call per chained operation, on the last output
+            previous, result = result, OPERATIONS[next_op](result, c)
+            turns.append(Turn(tool_call_action(f"print({api.call(next_op, previous, c)})"),
+                              tool_observation(api.printed(result))))
+        assert result == value, (task.id, result, value)
+        return [*turns, Turn(f"\\boxed{{{value}}}")]
