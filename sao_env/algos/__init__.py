@@ -12,11 +12,19 @@ from sao_env.algos.advantages import (
     gae,
     group_advantages,
     grpo_advantages,
+    keyed_baseline_advantages,
     masked_mean,
     masked_whiten,
     running_mean_advantages,
 )
-from sao_env.algos.diagnostics import DIAGNOSTICS, effective_sample_size, off_policy_diagnostics, sequence_log_ratio
+from sao_env.algos.diagnostics import (
+    DIAGNOSTICS,
+    effective_sample_size,
+    explained_variance,
+    off_policy_diagnostics,
+    sequence_log_ratio,
+    value_diagnostics,
+)
 from sao_env.algos.losses import (
     AGG_MODES,
     POLICY_LOSSES,
@@ -44,9 +52,11 @@ __all__ = [
     "dis_policy_loss",
     "dr_grpo_advantages",
     "effective_sample_size",
+    "explained_variance",
     "gae",
     "group_advantages",
     "grpo_advantages",
+    "keyed_baseline_advantages",
     "gspo_policy_loss",
     "masked_mean",
     "masked_whiten",
@@ -58,5 +68,6 @@ __all__ = [
     "running_mean_advantages",
     "sequence_log_ratio",
     "tis_policy_loss",
+    "value_diagnostics",
     "value_loss",
 ]

@@ -9,7 +9,8 @@ whatever the inputs hold there (even NaN) never reaches an action position.
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Hashable, Mapping, Sequence
 
 import torch
 
@@ -203,6 +204,66 @@ def running_mean_advantages(
         seen.append(r)
     dtype = torch.promote_types(rewards.dtype, torch.float32)
     return torch.tensor(adv, dtype=dtype, device=rewards.device), seen[-window:]
+
+
+def keyed_baseline_advantages(
+    rewards: Tensor,
+    keys: Sequence[Hashable | None],
+    history: Mapping[Hashable, Sequence[float]],
+    global_history: Sequence[float],
+    *,
+    window: int,
+    discount: float = 1.0,
+    global_window: int = 128,
+) -> tuple[Tensor, dict[Hashable, list[float]], list[float], Tensor]:
+    """A baseline per key (a prompt's id, a difficulty class): A_i = r_i - b(k_i), falling back to the
+    global running mean where the key has no reward yet or is None.
+
+    b(k) is the discounted mean of the last ``window`` rewards seen for key k, the most recent weighted 1,
+    the one before ``discount``, then ``discount``^2 ...: sum_j d^j r_(j) / sum_j d^j. With ``discount`` 1 it
+    is the plain mean of the last ``window`` (a running mean per class); with d < 1 it is the per-prompt
+    value tracker of SPO (Xu et al. 2025, "Single-stream Policy Optimization", sec. 3.1: a discounted
+    success count over a discounted count per prompt, alpha <- d*alpha + r, beta <- d*beta + (1 - r),
+    v = alpha / (alpha + beta), without its prior and adaptive discount). The fallback is
+    ``running_mean_advantages``' baseline: the mean of the last ``global_window`` rewards of any key
+    (0.0 when nothing was seen). As there, "seen" means before r_i: the histories followed by the earlier
+    rewards of this batch, in order. Non-finite rewards enter no history. Pure: the inputs are not modified.
+
+    Args:
+        rewards: [B] float, in arrival order.
+        keys: B keys (hashable; None: no key, the global baseline).
+        history: per key, its rewards seen before this batch, oldest first.
+        global_history: every reward seen before this batch, oldest first.
+        window, global_window: rewards kept per key and globally (>= 1).
+        discount: in (0, 1].
+    Returns:
+        (advantages [B], new_history, new_global_history, fallback [B] bool: which episodes used the global mean).
+    """
+    if window < 1 or global_window < 1:
+        raise ValueError(f"window and global_window must be >= 1, got {window} and {global_window}")
+    if not 0.0 < discount <= 1.0:
+        raise ValueError(f"discount must be in (0, 1], got {discount}")
+    if len(keys) != rewards.shape[0]:
+        raise ValueError(f"{len(keys)} keys for {rewards.shape[0]} rewards")
+    seen = {k: [float(x) for x in list(v)[-window:]] for k, v in history.items()}
+    seen_all = [float(x) for x in list(global_history)[-global_window:]]
+    adv, fallback = [], []
+    for r, k in zip(rewards.tolist(), keys):
+        recent = seen.get(k, []) if k is not None else []
+        if recent:
+            weights = [discount**j for j in range(len(recent))]  # the most recent first
+            b = math.fsum(w * x for w, x in zip(weights, reversed(recent))) / math.fsum(weights)
+        else:
+            b = math.fsum(seen_all) / len(seen_all) if seen_all else 0.0
+        adv.append(r - b)
+        fallback.append(not recent)
+        if math.isfinite(r):
+            if k is not None:
+                seen[k] = (seen.get(k, []) + [r])[-window:]
+            seen_all = (seen_all + [r])[-global_window:]
+    dtype = torch.promote_types(rewards.dtype, torch.float32)
+    return (torch.tensor(adv, dtype=dtype, device=rewards.device), seen, seen_all,
+            torch.tensor(fallback, dtype=torch.bool, device=rewards.device))
 
 
 def grpo_advantages(rewards: Tensor, group_ids: Tensor) -> Tensor:

@@ -21,6 +21,9 @@ is from the learner whatever the loss then does with it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable, Sequence
+
 import torch
 
 from sao_env.algos.advantages import masked_mean
@@ -99,3 +102,71 @@ def off_policy_diagnostics(
             "out_band_low": one(ratio < 1 - eps_low),
             "out_band_high": one(ratio > 1 + eps_high),
         }
+
+
+def explained_variance(values: Tensor, returns: Tensor, valid: Tensor) -> float | None:
+    """1 - Var(returns - values) / Var(returns) over the ``valid`` entries (population variances).
+
+    The share of the returns' variance the values account for (as in stable-baselines3's
+    ``explained_variance`` and PPO implementations' logs): 1 for perfect values, 0 for values as good as
+    the returns' mean, negative for worse. None where fewer than two entries are valid or the returns
+    do not vary there (nothing to explain).
+    """
+    with torch.no_grad():
+        v = values[valid].double()
+        r = returns[valid].double()
+        if r.numel() < 2:
+            return None
+        var_r = torch.var(r, unbiased=False).item()
+        if not math.isfinite(var_r) or var_r <= 1e-12:
+            return None
+        return 1.0 - torch.var(r - v, unbiased=False).item() / var_r
+
+
+def value_diagnostics(values: Tensor, returns: Tensor, mask: Tensor,
+                      classes: Sequence[Hashable | None] | None = None) -> dict[str, float]:
+    """How well a critic's values predict the realised returns, on one batch (unprefixed names; the
+    critic agents log them as ``critic/<name>``, docs/metrics.md):
+
+        explained_variance              ``explained_variance`` over every action token of the batch
+                                        (V(s_t) against the return R_t from token t on)
+        explained_variance_first_token  the same with one entry per episode: V(s_0) at its first action
+                                        token against its return R_0
+        value_error_first_token         mean over episodes of |V(s_0) - R_0|
+        explained_variance/<class>      ``explained_variance`` over the action tokens of the episodes of
+                                        that class (``classes[b]``, None: no class)
+
+    Episodes whose return is not finite (a NaN reward) are left out. A share whose returns do not vary
+    (every episode of a class solved, say) is left out of the dict rather than logged as a number.
+
+    Args:
+        values: [B, T], V(state just before token t), as the actor's advantages used them.
+        returns: [B, T], the critic's targets (with gamma = lambda = 1, the outcome reward on every action
+            token).
+        mask: [B, T] bool, action tokens.
+        classes: B labels, or None.
+    """
+    with torch.no_grad():
+        m = mask.bool()
+        finite_B = torch.where(m, returns, 0).isfinite().all(-1) & torch.where(m, values, 0).isfinite().all(-1)
+        valid = m & finite_B[:, None]
+        has_B = valid.any(-1)
+        first_T = torch.argmax(valid.int(), dim=-1)  # (B,) first action token of each row
+        rows = torch.arange(m.shape[0])
+        v0, r0 = values[rows, first_T][has_B], returns[rows, first_T][has_B]
+        out: dict[str, float] = {}
+        for name, share in (("explained_variance", explained_variance(values, returns, valid)),
+                            ("explained_variance_first_token", explained_variance(v0, r0, torch.ones_like(v0, dtype=torch.bool)))):
+            if share is not None:
+                out[name] = share
+        if v0.numel():
+            out["value_error_first_token"] = (v0.double() - r0.double()).abs().mean().item()
+        if classes is not None:
+            if len(classes) != m.shape[0]:
+                raise ValueError(f"{len(classes)} classes for {m.shape[0]} rows")
+            for label in sorted({c for c in classes if c is not None}, key=str):
+                in_class = torch.tensor([c == label for c in classes], device=m.device)
+                share = explained_variance(values, returns, valid & in_class[:, None])
+                if share is not None:
+                    out[f"explained_variance/{label}"] = share
+        return out

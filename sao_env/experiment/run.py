@@ -9,7 +9,8 @@ Run directory layout:
   metrics.jsonl      one line per learner update (actor/*, critic/*, async/*, train/*, perf/*)
                      and per evaluation (eval/*); simulated quantities only, byte-identical per seed
   evals.jsonl        held-out evaluations at fixed simulated times
-  episodes.jsonl     one line per completed episode (phase, reward, grade, version, times)
+  episodes.jsonl     one line per completed episode (phase, reward, grade, version, times; prompt_id and
+                     difficulty_class where the task's source stamps them, sao_env/tasks/variants.py)
   summary.json       adaptation metrics, throughput, staleness, masked fraction, provenance;
                      removed when a run starts and written last (atomically): present = finished
   splits.json        train/held-out split of each benchmark-stream source (only when there is one)
@@ -58,6 +59,7 @@ import yaml
 from sao_env.agents import Agent
 from sao_env.errors import UserError
 from sao_env.evaluation.adaptation import adaptation_summary, credit_summary
+from sao_env.evaluation.critic_fit import critic_summary
 from sao_env.evaluation.heldout import EVAL_VERSION, evaluate_heldout
 from sao_env.experiment.config import RunConfig, build_agent, expand_config
 from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, writing
@@ -292,7 +294,7 @@ def _summary(config: RunConfig, label: str, scenario: Scenario, agent: Agent, st
         "env": config.env.name, "agent": label, "recipe": config.agent.name, "algorithm": config.agent.algorithm,
         "seed": config.seed, "eval_version": EVAL_VERSION,
         "online_reward": float(np.mean(rewards)) if rewards else math.nan,
-        **adaptation_summary(evals, scenario), **credit_summary(out, scenario),
+        **adaptation_summary(evals, scenario), **credit_summary(out, scenario), **critic_summary(out, scenario),
         "episodes_per_hour": state.consumed / hours, "updates_per_hour": state.updates / hours,
         "staleness_mean": float(staleness.mean()), "staleness_p95": float(np.percentile(staleness, 95)),
         "staleness_hist": np.bincount(staleness.astype(int)).tolist(), "learner_wait_s": state.learner_wait_s,
@@ -402,7 +404,8 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: Json
 
     def on_episode(episode, learner_version: int) -> None:
         rewards.append(episode.reward)
-        episodes_log.write({"task": episode.task.id, "phase": episode.phase, "reward": episode.reward,
+        identity = {k: episode.task.metadata[k] for k in ("prompt_id", "difficulty_class") if k in episode.task.metadata}
+        episodes_log.write({"task": episode.task.id, **identity, "phase": episode.phase, "reward": episode.reward,
                             "response": episode.response, "version": episode.version, "group": episode.group_id,
                             "sim_start": episode.sim_start, "sim_end": episode.sim_end,
                             "tokens": episode.num_action_tokens, "turns": episode.turns, "end": episode.end,
