@@ -316,6 +316,8 @@ CONDA_SHIM = """\
 conda() { :; }
 """
 TESTBED = "testbed"
+BASE_LABEL = "sao-env.base"
+"""The sandbox image a forge instance's image was built on: another base (a new recipe) rebuilds it."""
 
 
 def is_forge(row: Mapping[str, Any]) -> bool:
@@ -356,7 +358,7 @@ def build_forge_image(task: Task, *, client: Any = None, base: str | None = None
     """The instance image swebench's harness looks for, for a forge task (``forge_task`` form or the
     forge's own): the sandbox image (``base``; built when missing) plus the instance's git repository
     at ``/testbed`` on ``base_commit``, a ``conda`` shim (``CONDA_SHIM``) and tini as its init (so that
-    swebench's ``container.stop`` ends the container at once). Reused when present;
+    swebench's ``container.stop`` ends the container at once). Reused when present on the same base;
     returns its key (``sao-env/sweb.eval.x86_64.<id>:latest``)."""
     from sao_env.sandbox.docker_exec import owner_labels
     from sao_env.sandbox.images import client as engine
@@ -369,12 +371,12 @@ def build_forge_image(task: Task, *, client: Any = None, base: str | None = None
     if forge_ref is None:
         raise UserError(f"task {task.id} is not a forge instance")
     key = make_test_spec(instance_row(swe), namespace=FORGE_NAMESPACE).instance_image_key
+    base = base or ensure_image(docker_client=handle)
     try:
-        handle.images.get(key)
-        return key
+        if handle.images.get(key).labels.get(BASE_LABEL) == base:
+            return key
     except Exception:  # noqa: BLE001 - docker.errors.ImageNotFound: build it
         pass
-    base = base or ensure_image(docker_client=handle)
     with tempfile.TemporaryDirectory(prefix="sao-forge-image-") as folder:
         repo = materialize(forge_ref, Path(folder) / TESTBED)
         payload = io.BytesIO()
@@ -398,7 +400,8 @@ def build_forge_image(task: Task, *, client: Any = None, base: str | None = None
             container.put_archive("/", payload.getvalue())
             repository, tag = key.rsplit(":", 1)
             container.commit(repository=repository, tag=tag,
-                             changes=["WORKDIR /testbed", 'ENTRYPOINT ["/usr/bin/tini", "--"]'])
+                             changes=["WORKDIR /testbed", 'ENTRYPOINT ["/usr/bin/tini", "--"]',
+                                      f"LABEL {BASE_LABEL}={base}"])
         finally:
             container.remove(force=True)
     return key

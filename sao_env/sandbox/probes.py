@@ -37,6 +37,8 @@ class Bait:
 
     def __init__(self) -> None:
         self.tag = uuid.uuid4().hex[:12]
+        self.number = str(uuid.uuid4().int)[:9]
+        """A unique ``sleep`` argument (``3600.<number>``) to find a left process by."""
         self.secret = f"probe-secret-{uuid.uuid4().hex}"
         self.env_name = f"SAO_PROBE_PRIVATE_{self.tag.upper()}"
         self.root = Path(tempfile.mkdtemp(prefix="sao-probe-host-"))
@@ -241,17 +243,20 @@ def _judge_write_outside(result: ExecResult, bait: Bait, limits: Limits) -> str:
 def _sleep(bait: Bait, limits: Limits) -> str:
     return f"""
         import subprocess, time
-        subprocess.Popen(["sleep", "3600.{bait.tag[:6]}"], start_new_session=True)  # a daemon, own session
+        subprocess.Popen(["sleep", "3600.{bait.number}"], start_new_session=True)  # a daemon, own session
+        print("daemon started", flush=True)
         time.sleep(3600)
     """
 
 
 def _judge_sleep(result: ExecResult, bait: Bait, limits: Limits) -> str:
     deadline = time.monotonic() + 5
-    while _processes_with(f"3600.{bait.tag[:6]}") and time.monotonic() < deadline:
+    while _processes_with(f"3600.{bait.number}") and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _processes_with(f"3600.{bait.tag[:6]}"):
+    if _processes_with(f"3600.{bait.number}"):
         return "a process outlived the run"
+    if "daemon started" not in result.stdout:
+        return "error"
     if not result.timed_out or result.reason != "timeout" or result.duration_s > 1.5 + 10:
         return "not stopped"
     return "killed at the timeout, nothing left"
