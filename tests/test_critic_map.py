@@ -316,21 +316,22 @@ def test_sao_logs_the_critics_fit_per_class(tiny):
     agent = SAOAgent(policy, tok, SAOConfig(episodes_per_update=4, critic_warmup_updates=1))
     metrics = agent.update(hand_episodes(tok, ROWS))
     # a fresh critic's values are 0: explained variance 1 - Var(R)/Var(R) = 0, |V(s_0) - R| = mean reward
-    assert metrics["critic/explained_variance"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["critic/explained_variance_prefit"] == pytest.approx(0.0, abs=1e-6)
+    assert "critic/explained_variance" in metrics  # the value loss's own (after a step), not replaced
     assert metrics["critic/explained_variance_first_token"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["critic/value_error_first_token"] == pytest.approx(0.5)
-    assert metrics["critic/explained_variance/easy"] == pytest.approx(0.0, abs=1e-6)
-    assert "critic/explained_variance/hard" not in metrics  # one episode: nothing to explain
+    assert metrics["critic/explained_variance_prefit/easy"] == pytest.approx(0.0, abs=1e-6)
+    assert "critic/explained_variance_prefit/hard" not in metrics  # one episode: nothing to explain
     metrics = agent.update(hand_episodes(tok, [(p, None, r) for p, _, r in ROWS]))
-    assert not any(k.startswith("critic/explained_variance/") for k in metrics)
-    assert "critic/explained_variance" in metrics and metrics["actor/warmup"] == 0.0
+    assert not any(k.startswith("critic/explained_variance_prefit/") for k in metrics)
+    assert "critic/explained_variance_prefit" in metrics and metrics["actor/warmup"] == 0.0
 
 
 def test_ev_recovery_by_hand():
     windows = [PhaseWindow(0, "a", 0.0, 3600.0), PhaseWindow(1, "b", 3600.0, 7200.0)]
-    before = [{"sim_time_s": 3600.0 * i / 10, "critic/explained_variance": ev} for i, ev in
+    before = [{"sim_time_s": 3600.0 * i / 10, "critic/explained_variance_prefit": ev} for i, ev in
               enumerate([0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.4, 0.6, 0.5])]
-    after = [{"sim_time_s": 3600.0 + 360.0 * (i + 1), "critic/explained_variance": ev} for i, ev in
+    after = [{"sim_time_s": 3600.0 + 360.0 * (i + 1), "critic/explained_variance_prefit": ev} for i, ev in
              enumerate([-1.0, 0.0, 0.5, 1.0, 1.0, 0.9])]
     out = ev_recovery(before + after + [{"sim_time_s": 3700.0}], windows, k=3)
     assert out["ev_pre_drift/2_b"] == pytest.approx(0.5)  # last 3 before the drift: 0.4, 0.6, 0.5

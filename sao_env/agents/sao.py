@@ -5,7 +5,7 @@ Per update, on a batch of N single-rollout episodes (N distinct prompts) taken i
   2. A      <- GAE(r, V_old; gamma=1, lambda = 1 - 1/(alpha*l))  skip-observation, adaptive lambda
   3. R      <- GAE(r, V_old; gamma=1, lambda=1) + V_old          critic targets (= reward-to-go)
   4. repeat K=2 times: critic step on 0.5*(V - R)^2              attention of the critic frozen
-     (logged: how well V_old predicts the returns, critic/explained_variance and kin, docs/metrics.md)
+     (logged: how well V_old predicts the returns, critic/explained_variance_prefit and kin, docs/metrics.md)
   5. if still in the critic warm-up: stop here (actor untouched, version unchanged)
   6. actor step on the DIS loss -w*A*logp, w = r_t in the strict band (1-eps_low, 1+eps_high) else 0,
      r_t = pi_theta / pi_rollout against the log-probs recorded at rollout time. No KL, no entropy.
@@ -119,14 +119,19 @@ class SAOAgent(Agent):
         return masked_whiten(advantages, batch.mask_BT) if cfg.whiten_advantages else advantages
 
     def value_metrics(self, episodes: list[Episode], batch: Batch, values_BT: torch.Tensor) -> dict[str, float]:
-        """How well the values the actor's advantages use (V_old) predict the realised returns: explained
-        variance over action tokens and at each episode's first action token, |V(s_0) - R|, and per hidden
-        difficulty class where the tasks carry one (``sao_env.algos.value_diagnostics``)."""
+        """How well the values the actor's advantages use (V_old, before the critic's steps on this batch:
+        out of sample) predict the realised returns (``sao_env.algos.value_diagnostics``), logged as
+        ``critic/explained_variance_prefit`` (over action tokens; ``critic/explained_variance`` is the
+        critic loss's own, after its first step on the batch), ``critic/explained_variance_first_token``,
+        ``critic/value_error_first_token`` and ``critic/explained_variance_prefit/<class>`` where the tasks
+        carry a hidden difficulty class."""
         _, returns = gae(batch.rewards_BT, values_BT, batch.mask_BT, gamma=self.config.gamma, lam=1.0)
         classes = [e.task.metadata.get("difficulty_class") for e in episodes]
         found = value_diagnostics(values_BT, returns, batch.mask_BT,
                                   classes if any(c is not None for c in classes) else None)
-        return {f"critic/{k}": v for k, v in found.items()}
+        prefit = lambda k: k.replace("explained_variance", "explained_variance_prefit", 1) if (  # noqa: E731
+            k == "explained_variance" or k.startswith("explained_variance/")) else k
+        return {f"critic/{prefit(k)}": v for k, v in found.items()}
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config

@@ -1,8 +1,9 @@
 """The critic's fit over a run, and how long it takes to come back after each drift (summary.json).
 
 A drift makes the critic's values stale: the returns change while V(s) still predicts the old ones,
-so its explained variance (``critic/explained_variance`` in metrics.jsonl, one value per update,
-``sao_env.algos.value_diagnostics``) drops. For each drift into phase p:
+so its explained variance drops: ``critic/explained_variance_prefit`` in metrics.jsonl, one value per
+update, of the values before the critic's steps on the batch (the ones the actor's advantages use, out of
+sample; ``sao_env.algos.value_diagnostics``). For each drift into phase p:
 
     pre-drift level  = the mean of the last ``k`` explained variances logged before the drift;
     ev_recovery_h/p  = the simulated hours from the drift to the first update after it at which the mean
@@ -25,7 +26,7 @@ import numpy as np
 
 from sao_env.evaluation.variance import episode_variance_shares
 
-EV_KEY = "critic/explained_variance"
+EV_KEY = "critic/explained_variance_prefit"
 EV_WINDOW = 10
 """Updates averaged on either side of a drift (module docstring)."""
 
