@@ -222,14 +222,14 @@ class ScenarioSpec(_Strict):
     def _schedule_fits(self) -> "ScenarioSpec":
         """Refuse an evaluation schedule of more than ``MAX_EVAL_POINTS`` points before anything is built."""
         total_h = sum(p.duration_h for p in self.phases)
-        if math.isfinite(total_h) and total_h > MAX_SIMULATED_HOURS:
-            raise ValueError(f"the phases last {total_h:g} simulated hours, more than {MAX_SIMULATED_HOURS:,g}: "
-                             "such a run would not end; shorten the phases")
         points = total_h / self.eval.interval_h + 1
         if not math.isfinite(total_h) or points > MAX_EVAL_POINTS:
             raise ValueError(f"{total_h:g} simulated hours evaluated every {self.eval.interval_h:g} h is "
                              f"{points:.3g} evaluations, more than {MAX_EVAL_POINTS:,}: shorten the phases or "
                              f"raise eval.interval_h")
+        if total_h > MAX_SIMULATED_HOURS:
+            raise ValueError(f"the phases last {total_h:g} simulated hours, more than {MAX_SIMULATED_HOURS:,g}: "
+                             "such a run would not end; shorten the phases")
         return self
 
     @model_validator(mode="after")
