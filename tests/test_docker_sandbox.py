@@ -90,8 +90,7 @@ def test_codebase_drift_episodes_grade_the_same_in_both_sandboxes(image):
     task = ForgeSource(ForgeParams(repo_seed=0, head=1, bug_kinds=["operator_swap"])).task(7)
     bug = task.reference["bug"]
     episodes = {
-        "fix": ["run_tests", f"view {bug['path']}", f"edit {bug['path']} {bug['line']}\n{bug['fixed']}", "run_tests",
-                "submit"],
+        "fix": [f"view {bug['path']}", f"edit {bug['path']} {bug['line']}\n{bug['fixed']}", "run_tests", "submit"],
         "wrong": [f"edit {bug['path']} {bug['line']}\n    return 0", "run_tests", "submit"],
     }
     for name, actions in episodes.items():

@@ -360,7 +360,6 @@ def build_forge_image(task: Task, *, client: Any = None, base: str | None = None
     at ``/testbed`` on ``base_commit``, a ``conda`` shim (``CONDA_SHIM``) and tini as its init (so that
     swebench's ``container.stop`` ends the container at once). Reused when present on the same base;
     returns its key (``sao-env/sweb.eval.x86_64.<id>:latest``)."""
-    from sao_env.sandbox.docker_exec import owner_labels
     from sao_env.sandbox.images import client as engine
     from sao_env.sandbox.images import ensure_image
     from sao_env.tasks.forge.instances import materialize
@@ -395,7 +394,7 @@ def build_forge_image(task: Task, *, client: Any = None, base: str | None = None
             info = tarfile.TarInfo("opt/miniconda3/bin/activate")
             info.size, info.mode = len(shim), 0o644
             tar.addfile(info, io.BytesIO(shim))
-        container = handle.containers.create(base, command=["true"], labels=owner_labels())
+        container = handle.containers.create(base, command=["true"])  # unlabelled: its labels would be committed
         try:
             container.put_archive("/", payload.getvalue())
             repository, tag = key.rsplit(":", 1)
