@@ -65,7 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sao_env.errors import UserError
 from sao_env.experiment import plan_run, reuse_check, run_many
 from sao_env.leaderboard import maps
-from sao_env.leaderboard.tables import column_format, metric_columns, run_record
+from sao_env.leaderboard.tables import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns, run_record
 from sao_env.provenance import code_key, code_version
 from sao_env.specs import parse_yaml, read_spec_text
 
@@ -678,7 +678,9 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
                   left_out: dict[str, tuple[int, int]] | None = None, lines: bool = False) -> str:
     """One scenario's page: what the grid is, on which cut, at which seeds, how to make it again, the table."""
     spec = grid.spec
-    title = column_format(spec.metric).title
+    evaluation = eval_versions(per_seed["eval_version"]) if "eval_version" in per_seed else [1]
+    eval_tag = "eval v" + "/".join(map(str, evaluation))
+    title = column_format(spec.metric).title + (f" ({eval_tag})" if is_eval_metric(spec.metric) else "")
     versions = sorted(set(per_seed["code_version"].astype(str)))
     n = sorted(set(agg["n"].astype(int)))
     lines = [f"# {spec.title or 'Grid'}: {scenario}", ""]
@@ -710,6 +712,7 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
               "- **collapsed**: runs whose rolling training reward stayed under half its phase peak until the phase "
               "ended (docs/metrics.md, Collapse)",
               f"- **code version**: {', '.join(versions)}",
+              f"- **evaluation**: {evaluation_text(evaluation)}; columns read from it are marked `({eval_tag})`",
               f"- **command**: `{command}`",
               f"- **per-seed table**: `{maps.PER_SEED}`; every metric's aggregate and paired difference: `{scenario}.csv`",
               "", f"![{figure_caption(grid, figure, lines)}]({maps.FIGURE})", ""]
@@ -719,7 +722,8 @@ def grid_markdown(grid: Grid, scenario: str, per_seed: pd.DataFrame, agg: pd.Dat
         lines += ["", "## Beside " + title.lower(), "",
                   f"Per cell the mean ± 95% CI over seeds and, after it for every row but {spec.baseline}, the paired "
                   f"difference to {spec.baseline} ± 95% CI. Every metric's figures: `{scenario}.csv`.", ""]
-        header, body = maps.metrics_table(agg, axes=grid.axes, baseline=spec.baseline, metrics=spec.show)
+        header, body = maps.metrics_table(agg, axes=grid.axes, baseline=spec.baseline, metrics=spec.show,
+                                          eval_tag=eval_tag)
         lines += maps.markdown_table(header, body)
     families = maps.contrast_families(contrasts)
     if maps.PLANNED in families:

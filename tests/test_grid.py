@@ -584,8 +584,12 @@ def test_show_puts_more_metrics_in_the_markdown_and_refuses_an_unknown_one(made,
     out = write_grid(shown, table, tmp_path / "out", command="c")
     md = out["style-drift.md"].read_text()
     agg = pd.read_csv(out["style-drift.csv"], dtype={AXIS: str})
-    header, body = maps.metrics_table(agg, axes=[AXIS], baseline="grpo", metrics=["episodes_per_hour", "auc"])
+    header, body = maps.metrics_table(agg, axes=[AXIS], baseline="grpo", metrics=["episodes_per_hour", "auc"],
+                                      eval_tag="eval v2")
+    assert header[-2:] == ["episodes / h", "AUC (eval v2)"]
     assert "## Beside online reward" in md and "| " + " | ".join(header) + " |" in md
+    assert set(table["eval_version"]) == {2}
+    assert "- **evaluation**: version 2 (held-out prompts and sampling streams keyed by the run's seed" in md
     assert all("| " + " | ".join(r) + " |" in md for r in body) and len(body) == 4
     cell = agg[(agg["row"] == "running mean") & (agg[AXIS] == "1.0")].iloc[0]
     assert f"{cell['auc']:.3f} ± {cell['auc_ci95']:.3f}; {cell['auc_diff']:+.3f} ± " in md
@@ -779,3 +783,14 @@ def test_a_scenario_s_aggregate_leaves_out_the_other_scenario_s_phase_columns():
     agg = maps.aggregate(table, axes=["x"], rows=["a", "b", "c"], baseline="a", metric="online_reward")
     assert "final_accuracy/1_v1" not in agg.columns and "auc" in agg.columns and "auc_diff" in agg.columns
     assert maps.metric_names(table, ["x"]) == ["online_reward", "auc"]
+
+
+def test_evaluation_versions_and_which_metrics_they_mark():
+    from sao_env.leaderboard.tables import eval_versions, evaluation_text, is_eval_metric
+
+    assert eval_versions([float("nan"), 2.0, None, 2]) == [1, 2] and eval_versions([]) == []
+    assert [m for m in ["online_reward", "auc", "auc_updates", "recovery_h/2_tag", "final_accuracy/1_boxed",
+                        "forgetting/1_boxed", "time_to_threshold_h/1_boxed", "reward_per_hour", "staleness_mean"]
+            if is_eval_metric(m)] == ["auc", "auc_updates", "recovery_h/2_tag", "final_accuracy/1_boxed",
+                                      "forgetting/1_boxed", "time_to_threshold_h/1_boxed"]
+    assert evaluation_text([1]).startswith("version 1 (held-out prompts and sampling streams shared by every seed")

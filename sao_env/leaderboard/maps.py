@@ -39,7 +39,8 @@ import pandas as pd
 
 from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.leaderboard.stats import format_mde, format_rank, holm, min_detectable_difference, pairwise, rank_ranges
-from sao_env.leaderboard.tables import column_format, finite_float, format_cell, format_difference, format_p
+from sao_env.leaderboard.tables import (column_format, finite_float, format_cell, format_difference, format_p,
+                                        is_eval_metric)
 
 PLANNED = "planned"
 POST_HOC = "post hoc"
@@ -281,11 +282,13 @@ def display_table(agg: pd.DataFrame, *, axes: list[str], baseline: str, metric: 
 
 
 def metrics_table(agg: pd.DataFrame, *, axes: list[str], baseline: str,
-                  metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+                  metrics: list[str], eval_tag: str | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and text cells of more metrics of a scenario's aggregate: per cell (axis values, row)
     each metric's mean ± CI, and for a row other than the baseline its paired difference to the
-    baseline ± CI after it (``0.552 ± 0.149; −0.043 ± 0.136``)."""
-    header = [*axes, "row", *(column_format(m).title for m in metrics)]
+    baseline ± CI after it (``0.552 ± 0.149; −0.043 ± 0.136``). ``eval_tag`` (``eval v1``) marks the
+    titles of the metrics read from the held-out evaluations."""
+    header = [*axes, "row", *(column_format(m).title + (f" ({eval_tag})" if eval_tag and is_eval_metric(m) else "")
+                              for m in metrics)]
     body = []
     for _, r in agg.iterrows():
         cells = []
