@@ -209,7 +209,8 @@ def _read_host(bait: Bait, limits: Limits) -> str:
                     print(path, handle.read()[:2000])
             except OSError as exc:
                 print(path, "unreadable", type(exc).__name__)
-        print("seen:", [p for p in ("/root/.ssh", "/home", {str(bait.root)!r}) if os.path.exists(p)])
+        print("/root/.ssh:", "there" if os.path.exists("/root/.ssh") else "absent",
+              "- the secret file:", "there" if os.path.exists({str(bait.secret_file)!r}) else "absent")
     """
 
 
@@ -293,6 +294,26 @@ PROBES: dict[str, Probe] = {p.name: p for p in (
 )}
 
 
+HOW: dict[str, dict[str, str]] = {
+    "network": {"bubblewrap": "own network namespace (no interface up)",
+                "docker": "network mode none (the container's own loopback only)"},
+    "fork bomb": {"bubblewrap": "RLIMIT_NPROC of uid 65534 in the run's own user namespace",
+                  "docker": "pids cgroup (pids_limit = nproc)"},
+    "disk fill": {"bubblewrap": "RLIMIT_FSIZE", "docker": "ulimit fsize"},
+    "tmp fill": {"bubblewrap": "/tmp a private tmpfs of tmpfs_mb", "docker": "/tmp a private tmpfs of tmpfs_mb"},
+    "memory": {"bubblewrap": "RLIMIT_AS per process: the allocation fails",
+               "docker": "memory cgroup without swap: the OOM killer"},
+    "read the host": {"bubblewrap": "only /usr, /bin, /lib*, a few /etc files and Python's prefixes bound; "
+                                    "own PID namespace; scrubbed environment",
+                      "docker": "the image's files only; own PID namespace; scrubbed environment"},
+    "write outside": {"bubblewrap": "read-only root tmpfs and binds; the work dir the only writable host folder",
+                      "docker": "read-only root file system; the work dir the only bind mount"},
+    "sleep past the timeout": {"bubblewrap": "process group killed; the PID namespace dies with bwrap",
+                               "docker": "container killed, then removed"},
+}
+"""How each sandbox produces the outcome (the probe table's column)."""
+
+
 def run_probe(executor, probe: Probe, bait: Bait) -> Outcome:
     """Run ``probe`` with ``executor`` in a fresh working copy under the bait's folder; its outcome."""
     limits: Limits = executor.limits
@@ -315,14 +336,14 @@ def main() -> None:
     executors = {"bubblewrap": LocalExecutor(PROBE_LIMITS)}
     if engine_problem() is None:
         executors["docker"] = docker_sandbox(PROBE_LIMITS)
-    print("| probe | sandbox | outcome | as expected | what the run reported |")
+    print("| probe | sandbox | outcome | how | what the run reported |")
     print("|---|---|---|---|---|")
     for probe in PROBES.values():
         for name, executor in executors.items():
             with Bait() as bait:
                 outcome = run_probe(executor, probe, bait)
-            mark = "yes" if outcome.cls == probe.expected else "**no**"
-            print(f"| {probe.name} | {name} | {outcome.cls} | {mark} | {outcome.detail.replace('|', '/')} |")
+            shown = outcome.cls if outcome.cls == probe.expected else f"**{outcome.cls}** (expected {probe.expected})"
+            print(f"| {probe.name} | {name} | {shown} | {HOW[probe.name][name]} | {outcome.detail.replace('|', '/')} |")
 
 
 if __name__ == "__main__":
