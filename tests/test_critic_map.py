@@ -97,6 +97,15 @@ def test_a_pool_serves_n_fixed_distinct_prompts_whatever_the_run_stream():
         build_source("styled_arithmetic", {"pool": 0})
 
 
+def test_a_variant_source_copies_and_pickles():
+    import copy
+    import pickle
+
+    source = build_source("styled_arithmetic", {"digits": 1, "pool": 5, "difficulty_class": "easy"})
+    for clone in (copy.deepcopy(source), pickle.loads(pickle.dumps(source))):
+        assert draws(clone, 30) == draws(source, 30) and clone.grader == "style_match"
+
+
 def test_prompt_key_is_the_stamped_id_else_the_text():
     task = Task(id="x-1", prompt="1+2=?", reference={}, grader="math")
     assert prompt_key(task) == prompt_id(task) == prompt_key(Task(id="x-2", prompt="1+2=?", reference={}, grader="m"))

@@ -92,6 +92,8 @@ class VariantSource:
             self.pool_seeds = self._fill_pool(params.pool, params.pool_seed)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner" or name.startswith("__"):  # not set yet (a copy or an unpickling under way)
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def _fill_pool(self, size: int, seed: int) -> list[int]:
