@@ -6,6 +6,7 @@ sampling noise."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -66,3 +67,15 @@ def test_two_recipes_at_one_seed_share_the_streams_and_two_seeds_do_not(monkeypa
         assert not {s for s, _, _ in a} & {s for s, _, _ in b}
         assert not {k for _, k, _ in a} & {k for _, k, _ in b}
     assert len({k for _, k, _ in at0}) == len(at0) and len({s for s, _, _ in at0}) == len(at0)
+
+
+def test_the_evaluation_noise_of_an_auc_by_hand():
+    from sao_env.leaderboard.tables import auc_eval_sd
+
+    # weights (0.25, 0.5, 0.25); sum w^2 a (1 - a) = (0.0625 + 0.25 + 0.0625) x 0.25 = 0.09375, over 64 prompts
+    assert auc_eval_sd([(0, 0.5), (1, 0.5), (2, 0.5)], 64) == pytest.approx((0.09375 / 64) ** 0.5, rel=1e-12)
+    # a curve at 0 or 1 has no binomial noise; unequal gaps weight by the trapezoids: (0.5, 1, 1.5, 1) / 4
+    assert auc_eval_sd([(0, 0.0), (1, 1.0), (3, 1.0)], 64) == 0.0
+    expected = (0.125 ** 2 * 0.21 + 0.25 ** 2 * 0.25 + 0.375 ** 2 * 0.09 + 0.25 ** 2 * 0.16) / 32
+    assert auc_eval_sd([(0, 0.3), (1, 0.5), (2, 0.9), (4, 0.8)], 32) == pytest.approx(expected ** 0.5, rel=1e-12)
+    assert math.isnan(auc_eval_sd([(0, 0.3)], 64))

@@ -29,6 +29,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -186,6 +187,24 @@ def scenario_facts(spec_env: dict) -> dict[str, Any]:
     }
 
 
+def auc_eval_sd(curve: list[tuple[float, float]], prompts: int) -> float:
+    """The standard deviation that the held-out evaluation's own sampling adds to a run's AUC:
+    ``sqrt(sum_i w_i^2 a_i (1 - a_i) / prompts)`` over the run's evaluations, ``a_i`` the current
+    phase's accuracy at evaluation i and ``w_i`` its trapezoid weight in the AUC (the weights sum to
+    1). Binomial over the prompts, each evaluation independent (evaluation version 2); on the
+    scenarios' warm starts the sd measured over 16 seeds' streams agrees with it
+    (bench/bench_eval_noise.py, docs/metrics.md). NaN with fewer than two evaluations."""
+    if len(curve) < 2 or curve[-1][0] == curve[0][0] or prompts < 1:
+        return math.nan
+    t = np.array([c[0] for c in curve], dtype=float)
+    a = np.clip(np.array([c[1] for c in curve], dtype=float), 0.0, 1.0)
+    w = np.zeros(len(t))
+    w[:-1] += np.diff(t) / 2
+    w[1:] += np.diff(t) / 2
+    w /= t[-1] - t[0]
+    return float(math.sqrt(float(np.sum(w ** 2 * a * (1 - a))) / prompts))
+
+
 def recipe_hash(config: dict) -> str:
     """Short hash of a run's resolved configuration without its seed (and provenance): the runs
     that share it are seeds of one recipe on one scenario."""
@@ -231,6 +250,7 @@ def run_record(summary: dict) -> tuple[dict, list[tuple[float, float]]]:
             evals = [json.loads(line) for line in evals_path.read_text().splitlines() if line]
             scenario = Scenario(ScenarioSpec(**config["env"]))
             curve = [(t / 3600, acc) for t, acc in current_accuracy(evals, scenario)]
+            record["auc_eval_sd"] = auc_eval_sd(curve, scenario.spec.eval.prompts_per_phase)
         record |= collapse_record(Path(run_dir))
     else:
         record["config_hash"] = summary.get("config_hash", "")
@@ -606,6 +626,7 @@ def header_facts(board: ScenarioBoard, generator: str) -> list[tuple[str, str]]:
         ("sort key", f"{column_format(SORT_KEY).title} (`{SORT_KEY}`), highest first"),
         ("interval", "mean ± half-width of the 95% Student-t interval over seeds (no interval with one seed)"),
         ("power", power_fact(board)),
+        ("evaluation noise", eval_noise_fact(board)),
         ("ranks", ranks_fact(board)),
         ("collapses", collapse_fact(board)),
         ("rule", "docs/leaderboard.md: same scenario, simulated time and rollout slots for every row; wall time is not ranked"),
@@ -638,6 +659,21 @@ def board_power(board: ScenarioBoard, metric: str = SORT_KEY) -> dict[str, Any] 
             "mde": min_detectable_difference(sd, n, m=m, test=BOARD_TEST),
             "seeds_0.05": seeds_for_difference(sd, 0.05, m=m, test=BOARD_TEST),
             "seeds_0.03": seeds_for_difference(sd, 0.03, m=m, test=BOARD_TEST)}
+
+
+def eval_noise_fact(board: ScenarioBoard) -> str:
+    """The evaluation's own noise in AUC (``auc_eval_sd``, mean over runs) beside the seed-to-seed sd of
+    AUC within recipes (pooled): how much of an evaluation metric's spread is the evaluation's."""
+    runs = board.records
+    if runs is None or "auc_eval_sd" not in runs or "auc" not in runs or runs["auc_eval_sd"].notna().sum() == 0:
+        return "not stated: the runs' evaluation curves are not in the input"
+    eval_sd = float(runs["auc_eval_sd"].mean())
+    sd, df = pooled_sd([(float(g["auc"].std(ddof=1)), int(g["auc"].notna().sum()))
+                        for _, g in runs.groupby("label") if g["auc"].notna().sum() >= 2])
+    spread = f"{sd:.3f} (pooled within recipes, {df} df)" if df else "not available (fewer than two seeds a recipe)"
+    return (f"the held-out evaluation alone adds sd {eval_sd:.3f} to a run's AUC (binomial over the held-out prompts, "
+            f"mean over the runs; docs/metrics.md); the seed-to-seed sd of AUC is {spread}. Online reward, the sort "
+            "key, is a training metric and carries no evaluation noise")
 
 
 def power_fact(board: ScenarioBoard, metric: str = SORT_KEY) -> str:
