@@ -64,7 +64,9 @@ def _docker_sandbox(limits: Limits) -> DockerExecutor:
         if line.startswith("built"):
             print(f"sao-env: {line}", file=sys.stderr)
 
-    return DockerExecutor(ensure_image(report=report, docker_client=engine), limits=limits, client=engine)
+    executor = DockerExecutor(ensure_image(report=report, docker_client=engine), limits=limits, client=engine)
+    executor.shared = True  # one per process: callers may remember its outputs (tool_math.run_tool_call)
+    return executor
 
 
 def run_python(code: str, *, executor: Executor | None = None, timeout_s: float = 5.0,

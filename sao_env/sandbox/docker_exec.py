@@ -114,6 +114,9 @@ class DockerExecutor:
 
     python: str = "python3"
     """The interpreter a tool should name inside the image."""
+    shared: bool = False
+    """True for ``docker_sandbox``'s process-wide executors: a run's output depends on the run alone, so
+    callers may remember it (tool calls)."""
 
     def __init__(self, image: str, *, mem_limit: str | None = None, network_disabled: bool = True,
                  limits: Limits = Limits(), cpus: float = 1.0, mount: str = "/work",

@@ -163,13 +163,15 @@ def run_tool_call(api: str, code: str, *, timeout_s: float = 2.0, max_output_cha
     """The observation text (inside ``<out>``) of running ``code`` with tool version ``api``: its
     output or last error line (``describe_result``), cut to ``max_output_chars`` with a marker.
 
-    With the shared sandbox (``executor`` None) outputs are remembered per (api, code, timeout):
-    a call's output depends on nothing else, and held-out sets repeat the same calls at every
-    evaluation. Timeouts and sandbox failures are never remembered (they depend on the load).
+    With the shared sandbox (``executor`` None, or an executor marked ``shared``: the Docker sandbox of
+    ``sandbox: docker``) outputs are remembered per (api, code, timeout, executor): a call's output
+    depends on nothing else, and held-out sets repeat the same calls at every evaluation. Timeouts and
+    sandbox failures are never remembered (they depend on the load).
     """
-    key = (api, code, float(timeout_s))
+    remember = executor is None or getattr(executor, "shared", False)
+    key = (api, code, float(timeout_s), None if executor is None else id(executor))
     text = None
-    if executor is None:
+    if remember:
         with _outputs_lock:
             text = _outputs.get(key)
             if text is not None:
@@ -177,7 +179,7 @@ def run_tool_call(api: str, code: str, *, timeout_s: float = 2.0, max_output_cha
     if text is None:
         result = execute_tool_call(api, code, timeout_s=timeout_s, executor=executor)
         text = describe_result(result, timeout_s)
-        if executor is None and not result.timed_out and not (result.reason or "").startswith("sandbox"):
+        if remember and not result.timed_out and not (result.reason or "").startswith("sandbox"):
             with _outputs_lock:
                 _outputs[key] = text
                 while len(_outputs) > CACHE_SIZE:
