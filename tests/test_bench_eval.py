@@ -222,16 +222,17 @@ def test_eval_through_an_openai_compatible_server(tmp_path, monkeypatch):
     summary = _summary(tmp_path / "beyond_aime")
     # per problem: 2/2, 1/2 (seed 0 right, seed 1 wrong), 0/2 -> avg@2 = (1 + .5 + 0) / 3 = .5
     assert (summary["accuracy"], summary["n"], summary["problems"], summary["k"]) == (0.5, 6, 3, 2)
-    # pass@2 = (1 + 1 + 0) / 3; CI: s = .5, half = t(.975, 2) * .5 / sqrt(3) = 1.242 -> clipped to [0, 1]
+    # pass@2 = (1 + 1 + 0) / 3; Wilson at p = .5 over 3 problems: [.125334, .874666]
     assert summary["pass_at_k"] == {"1": 0.5, "2": pytest.approx(2 / 3)}
-    assert (summary["ci95_low"], summary["ci95_high"]) == (0.0, 1.0)
-    assert summary["ci95_half_width"] == pytest.approx(4.302653 * 0.5 / 3 ** 0.5, abs=1e-5)
+    assert (summary["ci95_low"], summary["ci95_high"]) == (pytest.approx(0.1253345, abs=1e-6),
+                                                           pytest.approx(0.8746655, abs=1e-6))
+    assert summary["ci95_half_width"] == pytest.approx(0.3746655, abs=1e-6)
     assert summary["model"] == "served-model" and summary["backend"] == "openai"
     assert summary["tokens"]["completion_tokens"] > 0 and summary["tokens"]["unfinished"] == 0
     assert {(r["model"], r["seed"], r["auth"]) for r in server.requests} >= {("served-model", 0, "Bearer sk-test"),
                                                                              ("served-model", 1, "Bearer sk-test")}
     assert all(r["path"] == "/v1/chat/completions" and r["temperature"] == 1.0 for r in server.requests)
-    assert "| served-model | beyond_aime | 50.0 ± 124.2 | 66.7 | 2 | 3 of 100 | 6 |" in (tmp_path / "board" / "benchmarks.md").read_text()
+    assert "| served-model | beyond_aime | 50.0 [12.5, 87.5] | 66.7 | 2 | 3 of 100 | 6 |" in (tmp_path / "board" / "benchmarks.md").read_text()
 
 
 def test_completions_api_and_unordered_list_answers(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
+import numpy as np
+
 import pytest
 
 from sao_env.benchmarks.metrics import (
@@ -65,29 +67,34 @@ def test_pass_at_k_table_and_average():
     assert list(pass_at_k_table([1], [6])) == ["1", "2", "4", "6"]
 
 
-def test_half_widths_use_the_textbook_t_quantiles():
-    # two values 0, 1: s = sqrt(.5), se = s / sqrt(2) = .5, half = t(.975, 1) * .5 = 12.7062 * .5
-    assert ci_half_width_95([0.0, 1.0]) == pytest.approx(12.7062 * 0.5, abs=1e-4)
-    # values 0, 1 repeated to n = 10: s = sqrt(10 * .25 / 9) = .527046, se = .166667,
-    # half = t(.975, 9) * se = 2.2622 * .166667 = .377033
-    assert ci_half_width_95([0.0, 1.0] * 5) == pytest.approx(2.2622 * math.sqrt(2.5 / 9) / math.sqrt(10), abs=1e-4)
-    # n = 30 (a HMMT suite): t(.975, 29) = 2.0452
-    values = [0.0, 1.0] * 15
-    assert ci_half_width_95(values) == pytest.approx(2.0452 * math.sqrt(7.5 / 29) / math.sqrt(30), abs=1e-4)
-    assert ci_half_width_95([0.4]) is None
+def test_the_wilson_interval_by_hand():
+    # z = 1.959964, z^2 = 3.841459. p = 0, n = 3 (0 of 3 problems): centre = (z^2 / 6) / (1 + z^2 / 3)
+    # = 0.640243 / 2.280486 = 0.280748 = half-width, so [0, 0.561497], not the t-interval's [0, 0]
+    assert confidence_interval_95([0.0, 0.0, 0.0]) == (0.0, pytest.approx(0.5614970, abs=1e-6))
+    # p = .5, n = 3: centre .5, half = z / 2.280486 * sqrt(.25 / 3 + z^2 / 36) = .859451 * .435936 = .374666
+    low, high = confidence_interval_95([1.0, 0.5, 0.0])
+    assert (low, high) == (pytest.approx(0.1253345, abs=1e-6), pytest.approx(0.8746655, abs=1e-6))
+    assert ci_half_width_95([1.0, 0.5, 0.0]) == pytest.approx(0.3746655, abs=1e-6)
+    # all correct on 2 problems: [1 / (1 + z^2 / 2), 1] = [0.342380, 1]
+    assert confidence_interval_95([1.0, 1.0]) == (pytest.approx(1 / (1 + 1.959963984540054 ** 2 / 2), abs=1e-9), 1.0)
+    # p = .5 at n = 10 and 30 (a HMMT suite): half = z / (1 + z^2/n) * sqrt(.25 / n + z^2 / (4 n^2))
+    for n, expected in ((10, 0.7634069), (30, 0.6684587)):
+        assert confidence_interval_95([0.0, 1.0] * (n // 2))[1] == pytest.approx(expected, abs=1e-6)
+    assert confidence_interval_95([]) == (None, None) and ci_half_width_95([]) is None
+    # one problem still has an interval: [0.5] -> centre .5, half = z / (1 + z^2) * sqrt(.25 + z^2 / 4)
+    assert ci_half_width_95([0.5]) == pytest.approx(1.959964 / 4.841459 * math.sqrt(0.25 + 3.841459 / 4), abs=1e-6)
 
 
-def test_confidence_interval_by_hand():
-    # values 1, .5, 0: mean .5, s = sqrt(((.5)^2 + 0 + (.5)^2) / 2) = .5, se = .5/sqrt(3) = .288675
-    # half = 4.302653 * .288675 = 1.242069 -> (-.742, 1.742) clipped to (0, 1)
-    assert confidence_interval_95([1.0, 0.5, 0.0]) == (0.0, 1.0)
-    # values .25 x2, .75 x2: mean .5, s = sqrt(4 * .0625 / 3) = .288675, se = .144338
-    # half = 3.182446 * .144338 = .459347 -> (.040653, .959347)
-    low, high = confidence_interval_95([0.25, 0.25, 0.75, 0.75])
-    assert low == pytest.approx(0.5 - 3.182446 * math.sqrt(0.0625 * 4 / 3) / 2, abs=1e-6)
-    assert (low, high) == (pytest.approx(0.040653, abs=2e-6), pytest.approx(0.959347, abs=2e-6))
-    assert confidence_interval_95([0.3]) == (None, None)
-    assert confidence_interval_95([0.5, 0.5]) == (0.5, 0.5)
+def test_the_interval_covers_at_least_its_level_where_the_t_interval_does_not():
+    """Coverage of avg@k's interval over 2,000 simulated benchmarks of 5 problems, 2 samples each, at a
+    true accuracy of 0.1: the Wilson interval covers 0.1 at least 95 % of the time."""
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(2000):
+        per_problem = rng.binomial(2, 0.1, size=5) / 2
+        low, high = confidence_interval_95(list(per_problem))
+        hits += low <= 0.1 <= high
+    assert hits / 2000 >= 0.95
 
 
 def test_summarize_scores_and_categories():
@@ -98,14 +105,16 @@ def test_summarize_scores_and_categories():
     assert (summary["n"], summary["problems"]) == (8, 4)
     # pass@2: 1, 1, 0, 1 -> .75
     assert summary["pass_at_k"] == {"1": pytest.approx(0.5), "2": pytest.approx(0.75)}
-    # s = sqrt((.25 + 0 + .25 + 0) / 3) = .408248, se = .204124, half = 3.182446 * .204124 = .649614
-    assert summary["ci95_half_width"] == pytest.approx(0.649614, abs=2e-6)
-    assert summary["ci95_low"] == 0.0 and summary["ci95_high"] == 1.0
+    # Wilson at p = .5, n = 4 problems: half = z / (1 + z^2 / 4) * sqrt(.0625 + z^2 / 64) = .349961
+    assert summary["ci95_half_width"] == pytest.approx(0.3499610, abs=1e-6)
+    assert (summary["ci95_low"], summary["ci95_high"]) == (pytest.approx(0.1500390, abs=1e-6),
+                                                           pytest.approx(0.8499610, abs=1e-6))
     categories = by_category(rewards, {"a": "Algebra", "b": "Algebra", "c": "Geometry", "d": None})
     assert list(categories) == ["Algebra", "Geometry"]
     assert categories["Algebra"]["accuracy"] == pytest.approx(0.75)  # (1 + .5) / 2
     assert categories["Geometry"]["accuracy"] == 0.0
-    assert categories["Geometry"]["ci95_low"] is None  # one problem: no interval
+    # one problem, none correct: the Wilson interval [0, z^2 / (1 + z^2)] = [0, 0.793446]
+    assert (categories["Geometry"]["ci95_low"], categories["Geometry"]["ci95_high"]) == (0.0, pytest.approx(0.7934507, abs=1e-6))
 
 
 def test_token_stats_skip_unknown_counts():

@@ -395,7 +395,7 @@ def test_the_page_is_self_contained_and_states_everything(site):
     assert lead.startswith("On the 2 scenarios at full budget (1–3 seeds per recipe), no recipe&#x27;s lead")
     bench = page.tables["benchmarks-table"]
     assert len(bench) == 2  # header + one row: (m, beyond_aime, 2) recorded twice, the second kept
-    assert bench[1][:7] == ["m", "beyond_aime", "50.0 ± 10.0", "60.0", "2", "5 of 100", "10"]
+    assert bench[1][:7] == ["m", "beyond_aime", "50.0 [40.0, 60.0]", "60.0", "2", "5 of 100", "10"]
     assert bench[1][9:] == ["2026-01-02", bench[1][10]] and bench[1][10]
 
 
@@ -406,7 +406,7 @@ def test_benchmark_rows_are_deduplicated_per_model_suite_and_k(site):
                             "suite_problems": 100, "n": 20, "pass_at_k": {"4": 0.7}, "grader": "math-verify"})
     assert [(r["k"], r["pass_at_k"]) for r in _rows(site / "benchmarks.csv")] == [("2", "0.6"), ("4", "0.7")]
     md = (site / "benchmarks.md").read_text()
-    assert md.count("| m | beyond_aime |") == 2 and "| 50.0 ± 10.0 | 60.0 | 2 | 5 of 100 | 10 |" in md
+    assert md.count("| m | beyond_aime |") == 2 and "| 50.0 [40.0, 60.0] | 60.0 | 2 | 5 of 100 | 10 |" in md
 
 
 # ----------------------------------------------------------------------------- the page in a browser

@@ -7,19 +7,24 @@ its number of samples):
 - pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1):
   ``1 - C(n-c, k) / C(n, k)`` per problem, averaged; computed as a product to stay exact for
   large n. Undefined when k > n.
-- 95% CI: Student-t interval over problems, ``mean +- t(0.975, P-1) * s / sqrt(P)`` where ``s`` is
-  the sample standard deviation (ddof=1) of the per-problem accuracies ``c_i / n_i``. It treats
-  problems as the sampled unit (the benchmark is a sample of possible problems) and ignores the
-  within-problem sampling noise, which k samples already average down. Clipped to [0, 1].
-  Undefined (None) with fewer than 2 problems.
+- 95% CI: the Wilson score interval (Wilson 1927, *JASA* 22:209; recommended for small n by Brown,
+  Cai and DasGupta 2001, *Stat. Sci.* 16:101) of avg@k over the P problems::
+
+      (p + z^2/(2P) +- z sqrt(p(1-p)/P + z^2/(4P^2))) / (1 + z^2/P),   z = 1.959964
+
+  It treats problems as the sampled unit (the benchmark is a sample of possible problems). A
+  problem's accuracy ``c_i / n_i`` lies in [0, 1], so its variance is at most p(1-p) (Bhatia and
+  Davis 2000): the binomial variance over P problems bounds the variance of avg@k, and the interval
+  is conservative when k > 1 averages the within-problem noise down. Unlike a Student-t interval
+  over per-problem accuracies it stays honest at small P and at 0 or 100 %: 0 of 3 problems gives
+  [0, 0.56], not [0, 0]. Inside [0, 1] by construction; undefined (None) with no problem.
+  ``ci95_half_width`` is half its width, for ``±`` displays.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Iterable, Mapping, Sequence
-
-from sao_env.evaluation.stats import mean_ci95
 
 
 def avg_at_k(correct_P: Sequence[int], n_P: Sequence[int]) -> float:
@@ -58,21 +63,28 @@ def pass_at_k_table(correct_P: Sequence[int], n_P: Sequence[int]) -> dict[str, f
     return {str(k): pass_at_k(correct_P, n_P, k) for k in ks}
 
 
-def ci_half_width_95(values: Sequence[float]) -> float | None:
-    """Half-width of the unclipped Student-t interval over ``values`` (for ``mean +- half`` displays);
-    None with fewer than 2 values. The one interval of the project: ``sao_env.evaluation.stats.mean_ci95``."""
-    if len(values) < 2:
-        return None
-    return mean_ci95(list(values))[1]
+Z95 = 1.959963984540054
+"""The two-sided 95 % normal quantile of the Wilson interval."""
 
 
 def confidence_interval_95(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Student-t 95% interval of the mean of ``values`` (one per problem), clipped to [0, 1]."""
-    half = ci_half_width_95(values)
-    if half is None:
+    """Wilson score 95% interval (module doc) of the mean of ``values``, one accuracy in [0, 1] per
+    problem; (None, None) for no values."""
+    n = len(values)
+    if n == 0:
         return None, None
-    mean = sum(values) / len(values)
-    return max(0.0, mean - half), min(1.0, mean + half)
+    p = min(1.0, max(0.0, sum(values) / n))
+    z2 = Z95 ** 2
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def ci_half_width_95(values: Sequence[float]) -> float | None:
+    """Half the width of the Wilson interval of ``values`` (``confidence_interval_95``), for ``±``
+    displays; None for no values."""
+    low, high = confidence_interval_95(values)
+    return None if low is None else (high - low) / 2
 
 
 def summarize_scores(rewards_by_problem: Mapping[str, Sequence[float]]) -> dict:

@@ -92,12 +92,18 @@ def record_benchmark(folder: Path, summary: dict[str, Any], *, generator: str = 
     return {"csv": csv_path, "md": md_path, "html": write_site(folder, generator=generator)}
 
 
+def interval_text(low: Any, high: Any) -> str:
+    """`` [0.0, 56.1]``: a 95% interval in %, or nothing where it is unknown."""
+    low, high = finite_float(low), finite_float(high)
+    return "" if low is None or high is None else f" [{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def benchmarks_markdown(frame: pd.DataFrame, *, generator: str) -> str:
     """The Markdown view: one table, suites together, best first."""
     lines = [
         "# Benchmarks", "",
         f"Generated on {date.today().isoformat()} by {generator}. avg@k: the fraction of k samples per problem graded "
-        "correct, averaged over problems, in %, ± the half-width of the 95% Student-t interval over problems; pass@k "
+        "correct, averaged over problems, in %, with its 95% Wilson score interval over problems in brackets; pass@k "
         "is unbiased (Chen et al. 2021). One row per (model, suite, k), the latest evaluation. `m of N`: evaluated on "
         "the suite's first m problems only. Answers are graded from the last `\\boxed{}` unless the fallback column "
         "names another rule.", "",
@@ -105,8 +111,8 @@ def benchmarks_markdown(frame: pd.DataFrame, *, generator: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     for _, r in frame.iterrows():
-        acc, half, passk = finite_float(r["avg_at_k"]), finite_float(r["ci95_half_width"]), finite_float(r["pass_at_k"])
-        score = "n/a" if acc is None else f"{100 * acc:.1f}" + (f" ± {100 * half:.1f}" if half is not None else "")
+        acc, passk = finite_float(r["avg_at_k"]), finite_float(r["pass_at_k"])
+        score = "n/a" if acc is None else f"{100 * acc:.1f}" + interval_text(r.get("ci95_low"), r.get("ci95_high"))
         problems = str(int(r["problems"]))
         if finite_float(r["suite_problems"]) is not None and int(r["suite_problems"]) != int(r["problems"]):
             problems += f" of {int(r['suite_problems'])}"

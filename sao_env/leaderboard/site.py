@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.leaderboard import tables
+from sao_env.leaderboard.benchmarks import interval_text
 from sao_env.leaderboard.stats import format_mde
 from sao_env.provenance import code_key, code_version
 from sao_env.leaderboard.tables import (SORT_KEY, UNKNOWN, ScenarioBoard, code_versions, column_format, finite_float,
@@ -374,8 +375,8 @@ def _paired_table(board: ScenarioBoard, sid: str) -> str:
 def _benchmarks(bench: pd.DataFrame | None) -> str:
     e = html.escape
     intro = ('<section id="benchmarks"><h2>Benchmark evaluations</h2><p class="muted">avg@k: the fraction of k '
-             "samples per problem graded correct, averaged over problems, in %, ± the half-width of the 95% t-interval "
-             "over problems; pass@k unbiased (Chen et al. 2021). One row per (model, suite, k): the latest evaluation. "
+             "samples per problem graded correct, averaged over problems, in %, with its 95% Wilson score interval over "
+             "problems in brackets; pass@k unbiased (Chen et al. 2021). One row per (model, suite, k): the latest evaluation. "
              "Answers are graded from the last <code>\\boxed{}</code> only unless the row names a fallback.</p>")
     if bench is None or bench.empty:
         return intro + ('<p class="muted">No benchmark evaluation recorded here: <code>sao-env eval MODEL --suite '
@@ -387,8 +388,8 @@ def _benchmarks(bench: pd.DataFrame | None) -> str:
     head = "".join(f'<th data-key="{k}"{" class=num" if num else ""}>{e(t)}</th>' for k, t, num in columns)
     rows = []
     for _, r in bench.iterrows():
-        acc, half = finite_float(r.get("avg_at_k")), finite_float(r.get("ci95_half_width"))
-        score = "n/a" if acc is None else f"{100 * acc:.1f}" + (f" ± {100 * half:.1f}" if half is not None else "")
+        acc = finite_float(r.get("avg_at_k"))
+        score = "n/a" if acc is None else f"{100 * acc:.1f}" + interval_text(r.get("ci95_low"), r.get("ci95_high"))
         passk = finite_float(r.get("pass_at_k"))
         problems = f"{int(r['problems'])}" + (f" of {int(r['suite_problems'])}" if finite_float(r.get("suite_problems")) and
                                                int(r["suite_problems"]) != int(r["problems"]) else "")
