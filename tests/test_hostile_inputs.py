@@ -157,3 +157,36 @@ def test_a_run_named_with_dollars_and_dots_goes_to_its_summary_inside_its_folder
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["boards", "runs"]
     board = (boards / "style-drift.md").read_text()
     assert ".._.._sao$" in board
+
+
+# ----------------------------------------------------------------------------- --resume without a checkpoint
+
+
+@pytest.mark.slow
+def test_resume_without_a_usable_checkpoint_keeps_the_logs_aside(shrunk_run, shrunk_config, tmp_path, capsys):
+    """An unfinished run whose checkpoints are gone (a full disk) and whose logs cannot be made again
+    (a real-time run's; marked here by an extra line): ``--resume`` starts from the beginning but moves
+    the logs, byte for byte, into ``unresumed-1/`` and says so; a second such resume uses ``unresumed-2/``."""
+    import shutil
+
+    from sao_env.experiment import LOGS, run_experiment
+
+    source, _ = shrunk_run("running_mean", 0)
+    out = tmp_path / "run"
+    shutil.copytree(source, out)
+    (out / "summary.json").unlink()
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    (out / "metrics.jsonl").write_bytes((out / "metrics.jsonl").read_bytes() + b'{"written": "before the disk filled"}\n')
+    before = {name: (out / name).read_bytes() for name in LOGS}
+    run_experiment(shrunk_config("running_mean"), out, show_progress=False, resume=True)
+    err = capsys.readouterr().err
+    assert f"no usable checkpoint in {out / 'checkpoints' / 'resume'}; the logs written so far (metrics.jsonl, evals.jsonl, " \
+           f"episodes.jsonl) are kept in {out / 'unresumed-1'}; starting from the beginning" in err, err.splitlines()[-1]
+    assert {name: (out / "unresumed-1" / name).read_bytes() for name in LOGS} == before
+    assert (out / "summary.json").is_file()
+    assert (out / "metrics.jsonl").read_bytes() != before["metrics.jsonl"]  # made again, without the extra line
+    (out / "summary.json").unlink()
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    run_experiment(shrunk_config("running_mean"), out, show_progress=False, resume=True)
+    assert f"kept in {out / 'unresumed-2'}" in capsys.readouterr().err
+    assert {name: (out / "unresumed-1" / name).read_bytes() for name in LOGS} == before

@@ -132,6 +132,8 @@ class Run:
         try:
             self._guard_existing()
             restored = self._find_resume() if self.resume else None
+            if self.resume and restored is None:
+                self._keep_logs_aside()
             self._clear(restored)
             return self._make(restored)
         finally:
@@ -188,10 +190,28 @@ class Run:
             print(f"sao-env: resuming {self.out} from simulated {state['sim_time_s'] / 3600:.3f} h "
                   f"(update {state['runtime']['state'].updates})", file=sys.stderr)
             return state
-        if strict:
-            print(f"sao-env: warning: no usable checkpoint in {self.checkpoints}; starting from the beginning",
-                  file=sys.stderr)
         return None
+
+    def _keep_logs_aside(self) -> None:
+        """Without a usable checkpoint the run starts from the beginning. Under ``--resume`` (and in a
+        real-time run, whose logs cannot be made again) the logs already written are moved, not
+        replaced, into ``out/unresumed-<n>/``, and stderr says where."""
+        logs = [self.out / name for name in LOGS if (self.out / name).is_file() and (self.out / name).stat().st_size]
+        if not logs or (self.resume is not True and self.sim):
+            if self.resume is True:
+                print(f"sao-env: warning: no usable checkpoint in {self.checkpoints}; starting from the beginning",
+                      file=sys.stderr)
+            return
+        n = 1
+        while (self.out / f"unresumed-{n}").exists():
+            n += 1
+        aside = self.out / f"unresumed-{n}"
+        with writing(aside):
+            aside.mkdir()
+            for path in logs:
+                path.rename(aside / path.name)
+        print(f"sao-env: warning: no usable checkpoint in {self.checkpoints}; the logs written so far "
+              f"({', '.join(p.name for p in logs)}) are kept in {aside}; starting from the beginning", file=sys.stderr)
 
     def _clear(self, restored: dict | None) -> None:
         """Remove an earlier run's outputs (summary.json first); its checkpoints too unless resuming."""
