@@ -1,0 +1,68 @@
+"""leaderboards/critic/grid.yaml, the pre-registered critic map: its cells are the scenarios its header
+describes, its seeds let the sign-flip test reach alpha after Holm over the 10 predictions, and every
+arm runs at 8 trajectories per update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sao_env.grid import load_grid, plan_grid
+from sao_env.leaderboard.stats import min_seeds
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = REPO / "leaderboards" / "critic" / "grid.yaml"
+RATES = {"easy": 0.87, "learnable": 0.22, "hard": 0.0}
+"""The warm start's success rate per class (envs/critic-spread.yaml's header)."""
+
+
+def class_share(weights: dict[str, float]) -> float:
+    """eta^2 of a 0/1 reward by class: between-class variance over p(1 - p), by hand from the mixture."""
+    total = sum(weights.values())
+    w = {k: v / total for k, v in weights.items()}
+    mean = sum(w[k] * RATES[k] for k in w)
+    between = sum(w[k] * (RATES[k] - mean) ** 2 for k in w)
+    return between / (mean * (1 - mean))
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return plan_grid(load_grid(GRID))
+
+
+def test_the_design_is_as_written(grid):
+    spec = grid.spec
+    assert spec.baseline == "running_mean" and spec.test == "sign-flip" and spec.metric == "online_reward"
+    assert [r.label for r in spec.rows] == ["running_mean", "sao", "sao_lambda1", "per_prompt", "oracle_class", "grpo"]
+    assert len(grid.runs) == 6 * 6 * 10
+    # ten predictions, Holm over them: the sign-flip test's floor 2/2^n <= 0.05/10 first holds at n = 9
+    assert min_seeds(10) == 9 and len(spec.seeds) >= 9 and not spec.post_hoc
+
+
+def test_every_arm_consumes_8_trajectories_per_update_and_sao_is_the_paper_s(grid):
+    for run in grid.runs:
+        hparams = run.plan.config.agent.hparams
+        if run.row == "grpo":
+            assert hparams["group_size"] * hparams["groups_per_update"] == 8
+        else:
+            assert hparams["episodes_per_update"] == 8
+        if run.row.startswith("sao"):
+            assert hparams["critic_lr"] == 5 * hparams["lr"]
+
+
+def test_the_spread_cells_state_the_class_shares_they_hold(grid):
+    shares = {}
+    for run in grid.runs:
+        env = run.plan.config.env
+        if run.row != "running_mean" or run.seed != 0 or not run.scenario.startswith("critic-map"):
+            continue
+        assert sum(p.duration_h for p in env.phases) == 1.0 and env.eval.interval_h == 0.05
+        for phase in env.phases:
+            sources = {s.params["difficulty_class"]: s.weight for s in phase.sources}
+            assert all(s.params["pool"] == 64 for s in phase.sources)
+            shares[(run.scenario, phase.name)] = class_share({k: v for k, v in sources.items() if v > 0})
+    assert shares[("critic-map-s0", "mix")] == 0.0
+    assert shares[("critic-map-s50", "mix")] == pytest.approx(0.48, abs=0.005)
+    assert shares[("critic-map-s75", "mix")] == pytest.approx(0.64, abs=0.005)
+    assert shares[("critic-map-s50-drift", "mix-sentence")] == shares[("critic-map-s50", "mix")]
