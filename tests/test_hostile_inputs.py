@@ -190,3 +190,17 @@ def test_resume_without_a_usable_checkpoint_keeps_the_logs_aside(shrunk_run, shr
     run_experiment(shrunk_config("running_mean"), out, show_progress=False, resume=True)
     assert f"kept in {out / 'unresumed-2'}" in capsys.readouterr().err
     assert {name: (out / "unresumed-1" / name).read_bytes() for name in LOGS} == before
+
+
+def test_a_boards_markdown_table_shows_a_recipe_named_like_markup_as_text():
+    """A recipe labelled ``<script>alert(1)</script> & co`` appears in the board's table as entities (the
+    HTML site escapes it too): no raw ``<script>`` in a table row."""
+    from sao_env.leaderboard.tables import board_from_records, markdown
+
+    name = "<script>alert(1)</script> & co"
+    records = [{"agent": a, "label": a, "seed": s, "online_reward": 0.1 * s + (0.05 if a == name else 0.0)}
+               for a in ("grpo", name) for s in range(3)]
+    md = markdown(board_from_records("hand", records, [], source="test"), generator="test")
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    assert not any("<script>" in line for line in rows)
+    assert any("| &lt;script&gt;alert(1)&lt;/script&gt; &amp; co |" in line for line in rows), rows

@@ -954,7 +954,9 @@ def _seeds_cell(row) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    """A name as a Markdown table cell shows it: ``|`` escaped, and ``&``, ``<`` and ``>`` as HTML entities, so
+    that a recipe named ``<script>`` is text on every renderer (as on the HTML site), never markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
 
 
 def finite_float(value: Any) -> float | None:
