@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from sao_env.errors import UserError
 from sao_env.sandbox.docker_exec import LABEL, OWNER, engine_problem
 
 PROBLEM = engine_problem()
@@ -27,9 +28,22 @@ if PROBLEM is not None:
     pytest.skip(f"no Docker engine reachable ({PROBLEM}); make test starts one as root on Debian",
                 allow_module_level=True)
 
+
+def built_image() -> str:
+    """The sandbox image's tag; where it cannot be built here (no mmdebstrap) the tests skip with the
+    reason, unless an engine and the image were expected (SAO_ENV_DOCKER=1)."""
+    from sao_env.sandbox.images import ensure_image
+
+    try:
+        return ensure_image()
+    except UserError as err:
+        if os.environ.get("SAO_ENV_DOCKER") == "1":
+            raise
+        pytest.skip(f"the sandbox image cannot be built here: {err}")
+
 from sao_env.envs.base import make_task_env  # noqa: E402
 from sao_env.sandbox import Limits, LocalExecutor, docker_sandbox  # noqa: E402
-from sao_env.sandbox.images import apt_mirror, client, ensure_image, host_suite, recipe  # noqa: E402
+from sao_env.sandbox.images import apt_mirror, client, host_suite, recipe  # noqa: E402
 from sao_env.sandbox.local import INSTALL_HINT, _bwrap_check  # noqa: E402
 from sao_env.sandbox.probes import PROBE_LIMITS, PROBES, Bait, run_probe  # noqa: E402
 from sao_env.tasks.forge import grading  # noqa: E402
@@ -43,7 +57,7 @@ needs_bwrap = pytest.mark.skipif(BWRAP is None, reason=f"{BWRAP_DETAIL}: {INSTAL
 def image() -> str:
     """The sandbox image: built once per machine (make test starts the build in the background; a
     process that needs it meanwhile waits on the build's lock), then found by its recipe's tag."""
-    return ensure_image()
+    return built_image()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from sao_env.errors import UserError
 from sao_env.sandbox.docker_exec import engine_problem
 
 pytest.importorskip("swebench.harness.run_evaluation", reason="the optional swebench extra (4.x) is not installed")
@@ -21,9 +22,21 @@ if PROBLEM is not None:
     pytest.skip(f"no Docker engine reachable ({PROBLEM}); make test starts one as root on Debian",
                 allow_module_level=True)
 
+
+def built_image() -> str:
+    """The sandbox image's tag; where it cannot be built here (no mmdebstrap) the tests skip with the
+    reason, unless an engine and the image were expected (SAO_ENV_DOCKER=1)."""
+    from sao_env.sandbox.images import ensure_image
+
+    try:
+        return ensure_image()
+    except UserError as err:
+        if os.environ.get("SAO_ENV_DOCKER") == "1":
+            raise
+        pytest.skip(f"the sandbox image cannot be built here: {err}")
+
 from sao_env.benchmarks import swebench as sb  # noqa: E402
-from sao_env.errors import UserError  # noqa: E402
-from sao_env.sandbox.images import client, ensure_image  # noqa: E402
+from sao_env.sandbox.images import client  # noqa: E402
 from sao_env.tasks.forge.grading import grade_forge  # noqa: E402
 from sao_env.tasks.forge.source import ForgeParams, ForgeSource  # noqa: E402
 
@@ -31,7 +44,7 @@ from sao_env.tasks.forge.source import ForgeParams, ForgeSource  # noqa: E402
 @pytest.fixture(scope="module")
 def instance():
     """A head-1 operator bug of the codebase-drift repository, as a SWE-bench task with its image."""
-    ensure_image()
+    built_image()
     task = ForgeSource(ForgeParams(repo_seed=0, head=1, bug_kinds=["operator_swap"])).task(11)
     swe = sb.forge_task(task)
     return task, swe, sb.build_forge_image(swe)
