@@ -204,3 +204,49 @@ def test_a_boards_markdown_table_shows_a_recipe_named_like_markup_as_text():
     rows = [line for line in md.splitlines() if line.startswith("|")]
     assert not any("<script>" in line for line in rows)
     assert any("| &lt;script&gt;alert(1)&lt;/script&gt; &amp; co |" in line for line in rows), rows
+
+
+# ----------------------------------------------------------------------------- grade
+
+
+def _predictions(tmp_path: Path, lines: list[bytes]) -> tuple[Path, list]:
+    from conftest import SHARED_DATA
+    from sao_env.benchmarks.loaders import make_loader
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"benchmark rows not found at {SHARED_DATA}")
+    tasks = make_loader("beyond_aime", SHARED_DATA).load()[:3]
+    path = tmp_path / "preds.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"ID", tasks[i % 3].id.encode()) for i, line in enumerate(lines)) + b"\n")
+    return path, tasks
+
+
+def test_grade_says_which_lines_hold_bytes_that_are_not_utf8(tmp_path, capsys):
+    """Two of three lines hold invalid UTF-8 inside their strings: they are graded (U+FFFD in their
+    place) and stderr says so, naming the count and the first line."""
+    from conftest import SHARED_DATA
+
+    path, _ = _predictions(tmp_path, [b'{"id": "ID", "response": "\\\\boxed{1}"}',
+                                      b'{"id": "ID", "response": "raw \xff bytes \\\\boxed{2}"}',
+                                      b'{"id": "ID", "response": "\xc3( \\\\boxed{3}"}'])
+    assert main(["grade", "--suite", "beyond_aime", "--data", str(SHARED_DATA), "--predictions", str(path),
+                 "--out", str(tmp_path / "g"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert (f"sao-env: warning: {path}: 2 line(s) hold bytes that are not UTF-8 (the first at line 2); they are "
+            "graded with U+FFFD in their place") in err
+
+
+def test_grade_prints_plain_progress_lines_when_stderr_is_not_a_terminal(tmp_path, capsys, monkeypatch):
+    """stderr captured (not a terminal): a line at the start, one per interval (0 s here: one per batch
+    graded) and the last at 3 of 3."""
+    from conftest import SHARED_DATA
+    from sao_env.benchmarks import evaluate
+
+    monkeypatch.setattr(evaluate, "PLAIN_PROGRESS_S", 0.0)
+    path, _ = _predictions(tmp_path, [b'{"id": "ID", "response": "\\\\boxed{%d}"}' % i for i in range(3)])
+    assert main(["grade", "--suite", "beyond_aime", "--data", str(SHARED_DATA), "--predictions", str(path),
+                 "--out", str(tmp_path / "g")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if ": grading: " in line]
+    counts = [line.split(": grading: ")[1].split(" (")[0] for line in lines]
+    assert counts[0] == "0 of 3" and counts[-1] == "3 of 3" and counts == sorted(counts)
+    assert lines[-1].startswith("sao-env: ") and "(100.0%)" in lines[-1]

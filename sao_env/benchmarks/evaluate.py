@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -87,13 +88,18 @@ def prepare_suite(spec: SuiteSpec, data: str | Path | None, limit: int | None = 
 # ----------------------------------------------------------------------------- progress
 
 
+PLAIN_PROGRESS_S = 30.0
+"""With stderr not a terminal (a log file, nohup, CI), progress is a plain line at the start, every this
+many seconds and at the end, instead of a bar."""
+
+
 class _Progress:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self._progress = None
 
     def __enter__(self) -> "_Progress":
-        if self.enabled:
+        if self.enabled and sys.stderr.isatty():
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -107,10 +113,28 @@ class _Progress:
             self._progress.__exit__(*exc)
 
     def task(self, description: str, total: int):
-        if self._progress is None:
+        if self._progress is not None:
+            task_id = self._progress.add_task(description, total=total)
+            return lambda advance: self._progress.advance(task_id, advance)
+        if not self.enabled:
             return lambda advance: None
-        task_id = self._progress.add_task(description, total=total)
-        return lambda advance: self._progress.advance(task_id, advance)
+        start = time.monotonic()
+        state = {"done": 0, "said": start}
+
+        def say() -> None:
+            share = f" ({100 * state['done'] / total:.1f}%)" if total else ""
+            print(f"sao-env: {description}: {state['done']:,} of {total:,}{share}, {time.monotonic() - start:.0f} s",
+                  file=sys.stderr, flush=True)
+
+        def advance(n: int) -> None:
+            state["done"] += n
+            now = time.monotonic()
+            if now - state["said"] >= PLAIN_PROGRESS_S or state["done"] >= total:
+                state["said"] = now
+                say()
+
+        say()
+        return advance
 
 
 # ----------------------------------------------------------------------------- grading
@@ -259,11 +283,25 @@ def read_predictions(path: Path) -> tuple[list[tuple[str, str]], str | None]:
     Two layouts: lines ``{"id", "response"}`` (several lines per id = k samples; extra keys are
     ignored), and swebench's predictions ``{"instance_id", "model_name_or_path", "model_patch"}``,
     which ``eval`` writes for SWE-bench, as JSONL or as a JSON list (or object) of records. Bytes
-    that are not UTF-8 are read as U+FFFD; lone surrogates and NUL bytes are replaced when graded.
+    that are not UTF-8 are read as U+FFFD, and stderr says how many lines hold them and the first;
+    lone surrogates and NUL bytes are replaced when graded.
     """
     if not path.is_file():
         raise UserError(f"--predictions {path}: no such file")
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        text = raw.decode("utf-8", errors="replace")
+        bad = 0
+        for line in raw.split(b"\n"):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                bad += 1
+        first = raw[:err.start].count(b"\n") + 1
+        print(f"sao-env: warning: {path}: {bad:,} line(s) hold bytes that are not UTF-8 (the first at line {first}); "
+              "they are graded with U+FFFD in their place", file=sys.stderr, flush=True)
     records: list[tuple[int, Any]] = []
     stripped = text.lstrip()
     if stripped.startswith("["):
