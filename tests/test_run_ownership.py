@@ -115,7 +115,7 @@ def test_a_held_directory_is_refused_naming_its_owner(tmp_path):
     with lock:
         assert lock.owner().startswith(f"pid {os.getpid()} on host ")
         assert RunLock(folder).held_by_another()  # a second Run in the same process is kept out too
-    assert (folder / ".lock").is_file()
+    assert not (folder / ".lock").exists()  # released: a finished run keeps no stale lock file
 
 
 def test_the_cli_refuses_a_run_directory_another_process_writes(capsys, tmp_path):

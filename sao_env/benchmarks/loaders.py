@@ -135,13 +135,17 @@ class DataUnreachable(UserError):
 def load_hub_rows(dataset: str, split: str, revision: str = "main") -> list[dict[str, Any]]:
     """Rows of a hub dataset at ``revision`` (a commit sha pins them; a branch follows it); no network
     (or no such dataset or revision) is a one-line DataUnreachable error."""
-    try:
-        import datasets
+    from sao_env.hub import reach_or_cache
 
-        table = datasets.load_dataset(dataset, split=split, revision=revision)
-    except Exception as err:  # noqa: BLE001  (datasets raises many kinds when offline)
-        reason = (str(err).strip().splitlines() or [""])[0][:160]
-        raise DataUnreachable(f"cannot reach the Hugging Face hub for {dataset} (revision {revision}; {type(err).__name__}: {reason})") from err
+    with reach_or_cache() as why_offline:  # an unreachable hub: the cache only, at once (no half minute of retries)
+        try:
+            import datasets
+
+            table = datasets.load_dataset(dataset, split=split, revision=revision)
+        except Exception as err:  # noqa: BLE001  (datasets raises many kinds when offline)
+            reason = (str(err).strip().splitlines() or [""])[0][:160]
+            where = f"{why_offline}; not in the local cache" if why_offline else f"{type(err).__name__}: {reason}"
+            raise DataUnreachable(f"cannot reach the Hugging Face hub for {dataset} (revision {revision}; {where})") from err
     return [dict(row) for row in table]
 
 

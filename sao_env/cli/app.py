@@ -89,13 +89,32 @@ def stopped_line(signum: int, what: str = "") -> str:
     return f"sao-env: stopped by {signal.Signals(signum).name}{'; ' + what if what else ''} (exit {128 + signum})"
 
 
+PIPED_HELP_WIDTH = 160
+"""Columns of ``--help`` when stdout is not a terminal and neither $COLUMNS nor $TERMINAL_WIDTH says
+otherwise (rich would take 80 and cut option names: ``--answer-fallba…``)."""
+
+
+def _help_width() -> int | None:
+    """The width typer's help is drawn at: PIPED_HELP_WIDTH for a pipe or a file, else typer's own choice."""
+    import os
+
+    from typer import rich_utils
+
+    if rich_utils.MAX_WIDTH is None and not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+        return PIPED_HELP_WIDTH
+    return rich_utils.MAX_WIDTH
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script: user errors become one line on stderr and exit code 2,
     user warnings one line each. SIGINT and SIGTERM end any command with one line and 128 + the
     signal's number (130, 143), as a shell reports a process the signal ended; a command that
     handles the signal itself (a ``sim`` run writes a checkpoint) prints its own line instead."""
+    from typer import rich_utils
+
     warnings.formatwarning = _one_line_warning
     _received.clear()
+    width, rich_utils.MAX_WIDTH = rich_utils.MAX_WIDTH, _help_width()
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         handlers = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -117,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         code = None
     finally:
         warnings.formatwarning = _format_warning
+        rich_utils.MAX_WIDTH = width
         for s, handler in handlers.items():
             signal.signal(s, handler)
     if _received or code == 130:

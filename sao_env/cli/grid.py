@@ -12,7 +12,7 @@ from rich.console import Console
 
 from sao_env.errors import UserError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log or a pipe reads them whole
 
 FIGURES = ("value", "difference", "collapse")
 

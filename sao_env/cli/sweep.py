@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log or a pipe reads them whole
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from sao_env.errors import UserError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log or a pipe reads them whole
 
 
 def register(app: typer.Typer) -> None:
@@ -41,12 +41,13 @@ def _checkpoint_every(text: str):
         raise UserError(f"--checkpoint-every: {err}") from None
 
 
-def precheck(env: str, agent: str, overrides: list[str]) -> None:
+def precheck(env: str, agent: str, overrides: list[str], *, network: bool = True) -> None:
     """The scenario and recipe names, the overrides' form and the values of the scenario and the runtime
     (with the overrides applied), checked before torch is imported: a typo or a value that cannot run is
     one line in a second; of the algorithm's hyper-parameters (whose models load torch), an infinite or NaN
-    number. What this cannot see (unknown keys, the hyper-parameters' other bounds) is checked when the
-    configuration is resolved."""
+    number; a policy model that cannot load here (``sao_env.hub.check_model``: a made-up id, offline, the hub
+    unreachable; ``network=False``, a dry run, looks only at the disk). What this cannot see (unknown keys, the
+    hyper-parameters' other bounds) is checked when the configuration is resolved."""
     from pydantic import ValidationError
 
     from sao_env.runtime.spec import RuntimeSpec
@@ -73,6 +74,11 @@ def precheck(env: str, agent: str, overrides: list[str]) -> None:
             first = err.errors()[0]
             where = ".".join([prefix, *(str(p) for p in first["loc"])])
             raise UserError(f"invalid configuration at {where}: {first['msg']}") from None
+    model = raw["agent"].get("model") if isinstance(raw["agent"], dict) else None
+    if isinstance(model, dict) and isinstance(model.get("name"), str):
+        from sao_env.hub import check_model
+
+        check_model(model["name"], network=network)
 
 
 def _non_finite(value) -> bool:
@@ -168,12 +174,12 @@ def run(
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. agent.hparams.lr=3e-4"),
 ) -> None:
     """Run one agent on one drifting scenario in simulated time."""
-    precheck(env, agent, overrides or [])
+    precheck(env, agent, overrides or [], network=not dry_run)
     from sao_env.experiment import RunInterrupted, expand_config, plan_run, reuse_check, run_experiment
     from sao_env.provenance import code_key, code_version
     from sao_env.trackers import parse_loggers, require
 
-    plan = plan_run(env, agent, seed, overrides or [], out=out)
+    plan = plan_run(env, agent, seed, overrides or [], out=out, build_sources=not dry_run)
     loggers = parse_loggers(logger)
     every = _checkpoint_every(checkpoint_every)
     if dry_run:
@@ -181,23 +187,28 @@ def run(
         typer.echo(yaml.safe_dump(expand_config(plan.config), sort_keys=False), nl=False)
         return
     require(loggers)
-    finished, why = reuse_check(plan) if resume else (False, "")
-    if finished:
+    resume_command = ["sao-env", "run", "--env", env, "--agent", agent, "--seed", str(seed),
+                      *(["--out", str(out)] if out is not None else []), *[f"--logger={x}" for x in loggers],
+                      *([f"--checkpoint-every={checkpoint_every}"] if checkpoint_every != "25u" else []),
+                      *(overrides or []), "--resume"]
+    finished, why = reuse_check(plan) if resume or plan.out.exists() else (False, "")
+    if finished and resume:
         console.print(f"run directory {plan.out} has nothing to resume: it {why}", soft_wrap=True)
         return
+    if not resume and why.startswith("unfinished; resumes from"):
+        console.print(f"sao-env: warning: {plan.out} holds an unfinished run of this configuration that --resume "
+                      f"would continue ({why.removeprefix('unfinished; resumes ')}); starting it over from the "
+                      f"beginning. To continue it instead: {shlex.join(resume_command)}",
+                      soft_wrap=True, highlight=False, markup=False)
     try:
         summary = run_experiment(plan.config, plan.out, label=plan.label, overrides=plan.overrides, loggers=loggers,
                                  resume=resume, checkpoint_every=every, overwrite=overwrite)
     except RunInterrupted as err:  # a sim run: it wrote a checkpoint
-        _interrupted(err, ["sao-env", "run", "--env", env, "--agent", agent, "--seed", str(seed),
-                           *(["--out", str(out)] if out is not None else []), *[f"--logger={x}" for x in loggers],
-                           *([f"--checkpoint-every={checkpoint_every}"] if checkpoint_every != "25u" else []),
-                           *(overrides or []), "--resume"])
+        _interrupted(err, resume_command)
     except KeyboardInterrupt as err:  # SIGINT or SIGTERM (``cli.app.Stopped``) in a real-time run
         _stopped(err, f"{plan.out} is unfinished (no summary.json)")
     console.print(f"run directory: {plan.out}", soft_wrap=True, highlight=False, markup=False)
-    console.print(strict_json({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}),
-                  soft_wrap=True, highlight=False, markup=False)
+    typer.echo(strict_json({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}))  # stdout: | jq
 
 
 def strict_json(data: dict) -> str:
@@ -224,8 +235,8 @@ def compare(
 
     An unfinished run whose checkpoint has the same configuration hash and code is resumed."""
     for name in dict.fromkeys(a.strip() for a in agents.split(",") if a.strip()):
-        precheck(env, name, overrides or [])
-    from sao_env.experiment import RunInterrupted, plan_run, reuse_check, run_many, writing
+        precheck(env, name, overrides or [], network=not dry_run)
+    from sao_env.experiment import MadeElsewhere, RunInterrupted, plan_run, reuse_check, run_many, writing
     from sao_env.leaderboard.plots import plot_adaptation
     from sao_env.leaderboard.tables import load_summaries, write_leaderboard
     from sao_env.provenance import code_version
@@ -236,7 +247,7 @@ def compare(
     leaderboard_dir = board_folder(leaderboard_dir, runs_dir)
     loggers = parse_loggers(logger)
     every = _checkpoint_every(checkpoint_every)
-    plans = list({p.out: p for p in (plan_run(env, a, s, overrides or [], runs_dir=runs_dir)
+    plans = list({p.out: p for p in (plan_run(env, a, s, overrides or [], runs_dir=runs_dir, build_sources=not dry_run)
                                      for a in names for s in seed_list)}.values())
     code = code_version()
     decisions = [(p, *(reuse_check(p, code) if skip_existing else (False, "rerun asked (--no-skip-existing)")))
@@ -245,6 +256,10 @@ def compare(
         for plan, reuse, why in decisions:
             typer.echo(f"{'reuse' if reuse else 'run':<5}  {plan.out}  {why}")
         typer.echo(f"write  {leaderboard_dir}  {', '.join(board_files(plans[0].config.env.name))}")
+        kept, dropped = earlier_rows(leaderboard_dir, plans[0].config.env.name, runs_dir, {p.out for p in plans})
+        if kept or dropped:
+            typer.echo(f"merge  {leaderboard_dir / plans[0].config.env.name}.md  keeps {_rows(kept) if kept else 'no run'} "
+                       f"of the earlier board" + (f"; drops {_rows(dropped)} (no finished run directory)" if dropped else ""))
         return
     require(loggers)
     todo = [plan for plan, reuse, why in decisions if not reuse]
@@ -256,7 +271,9 @@ def compare(
     def report(plan, summary: dict, seconds: float) -> None:
         nonlocal finished
         finished += 1
-        console.print(f"[{finished}/{len(todo)}] {plan.out} finished in {seconds:.0f} s: "
+        how = (f"made by another process while this one waited ({seconds:.0f} s); reused"
+               if isinstance(summary, MadeElsewhere) else f"finished in {seconds:.0f} s")
+        console.print(f"[{finished}/{len(todo)}] {plan.out} {how}: "
                       f"online_reward {summary['online_reward']:.3f}, auc {summary.get('auc', float('nan')):.3f}", soft_wrap=True)
 
     try:
@@ -273,11 +290,55 @@ def compare(
     for plan in plans:
         dirs.setdefault(plan.label, []).append(plan.out)
     env_name = plans[0].config.env.name
+    kept, dropped = earlier_rows(leaderboard_dir, env_name, runs_dir, {p.out for p in plans})
+    for label, run_dir in kept:
+        dirs.setdefault(label, []).append(run_dir)
+    if kept or dropped:
+        console.print(f"board {leaderboard_dir / env_name}.md: merged with the earlier one"
+                      + (f"; kept its {_rows(kept)} (their run directories are here)" if kept else "")
+                      + (f"; dropped {_rows(dropped)} (no finished run directory under {runs_dir})" if dropped else ""),
+                      highlight=False, markup=False)
     with writing(leaderboard_dir):
         plot = plot_adaptation(dirs, leaderboard_dir / f"{env_name}.png")
         md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), leaderboard_dir, env_name, plot=plot)
     console.print(f"leaderboard: {md} and {csv}\nadaptation plot: {plot}")
     typer.echo(md.read_text())
+
+
+def earlier_rows(folder: Path, env_name: str, runs_dir: Path, made: set[Path]) -> tuple[list, list]:
+    """The rows of the scenario's earlier board in ``folder`` (its per-seed table) that ``compare``
+    keeps beside its own: ``(kept, dropped)``, each a list of ``(run label, run directory)``. A row of a
+    recipe this comparison does not make is kept when its run directory (``RUNS_DIR/<env>/<agent>/seed<N>``)
+    still holds a finished run; a recipe this comparison makes is replaced by its new seeds, so a row's
+    seeds are always one comparison's."""
+    import pandas as pd
+
+    table = Path(folder) / f"{env_name}-runs.csv"
+    if not table.is_file():
+        return [], []
+    try:
+        rows = pd.read_csv(table, usecols=lambda c: c in ("agent", "seed"), dtype=str)
+    except (OSError, ValueError):
+        return [], []
+    if not {"agent", "seed"} <= set(rows.columns):
+        return [], []
+    made_labels = {p.parent.name for p in made}  # the runs' own labels (directory names)
+    kept, dropped = [], []
+    for row in rows.itertuples():
+        if row.agent in made_labels:
+            continue
+        run_dir = Path(runs_dir) / env_name / str(row.agent) / f"seed{row.seed}"
+        (kept if (run_dir / "summary.json").is_file() else dropped).append((str(row.agent), run_dir))
+    return kept, dropped
+
+
+def _rows(rows: list) -> str:
+    """``2 runs (grpo_dis: seeds 0, 1; ...)``: what ``earlier_rows`` found, for one line."""
+    seeds: dict[str, list[str]] = {}
+    for label, run_dir in rows:
+        seeds.setdefault(label, []).append(run_dir.name.removeprefix("seed"))
+    return (f"{len(rows)} run{'s' if len(rows) != 1 else ''} ("
+            + "; ".join(f"{label}: seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for label, s in seeds.items()) + ")")
 
 
 def verify(

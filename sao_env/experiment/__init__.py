@@ -19,7 +19,7 @@ import importlib
 _HOME = {
     **dict.fromkeys(("AgentRecipe", "RunConfig", "apply_override", "build_agent", "build_agent_config", "expand_config",
                      "load_run_config", "resolve_config"), "config"),
-    **dict.fromkeys(("run_many", "run_plan"), "drivers"),
+    **dict.fromkeys(("MadeElsewhere", "run_many", "run_plan"), "drivers"),
     **dict.fromkeys(("LOGS", "STALE_OUTPUTS", "JsonLines", "RunBusy", "RunLock", "write_atomic", "writing"), "files"),
     **dict.fromkeys(("RunPlan", "plan_run", "resume_point", "reuse_check"), "plan"),
     **dict.fromkeys(("Run", "RunInterrupted", "differing_keys", "run_experiment"), "run"),

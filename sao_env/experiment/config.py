@@ -49,8 +49,12 @@ class RunConfig(BaseModel):
     """CPU threads for torch; one is fastest for the tiny model and keeps results independent of the machine."""
 
 
-def resolve_config(env: str, agent: str, seed: int = 0, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Load the env and agent specs by name or path, apply ``key.sub=value`` overrides, validate."""
+def resolve_config(env: str, agent: str, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), *,
+                   build_sources: bool = True) -> RunConfig:
+    """Load the env and agent specs by name or path, apply ``key.sub=value`` overrides, validate.
+
+    ``build_sources=False`` (a dry run) leaves the task sources unbuilt: a benchmark stream's rows are
+    not read, so nothing touches the disk's data or the network."""
     raw = {"env": load_yaml(find_spec("envs", env)), "agent": load_yaml(find_spec("agents", agent)), "seed": seed}
     for item in overrides:
         apply_override(raw, item)
@@ -58,7 +62,7 @@ def resolve_config(env: str, agent: str, seed: int = 0, overrides: list[str] | t
         if isinstance(raw[part], dict) and isinstance(raw[part].get("name"), str):
             raw[part]["name"] = path_safe_name(raw[part]["name"])
     try:
-        config = RunConfig(**raw)
+        config = RunConfig.model_validate(raw, context={"build_sources": build_sources})
         build_agent_config(config.agent)
     except ValidationError as err:
         first = err.errors()[0]

@@ -29,6 +29,11 @@ from sao_env.runtime.checkpoint import CheckpointEvery
 from sao_env.scenario import Scenario
 
 
+class MadeElsewhere(dict):
+    """The summary of a run that another process made while this one waited for it (``run_plan``):
+    reused, not made here, so a report does not say it finished in the seconds spent waiting."""
+
+
 def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None = None,
              show_progress: bool = True, checkpoint_every: CheckpointEvery = CheckpointEvery()) -> tuple[dict, float]:
     """Make one planned run, resuming its checkpoint when it has one of the same configuration and
@@ -48,7 +53,7 @@ def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None 
             lock.release()
             if reuse_check(plan, code)[0]:
                 print(f"sao-env: reuse {plan.out}: the other process finished it", file=sys.stderr, flush=True)
-                return json.loads((plan.out / "summary.json").read_text()), time.perf_counter() - start
+                return MadeElsewhere(json.loads((plan.out / "summary.json").read_text())), time.perf_counter() - start
 
 
 def _init_worker(parent: int | None = None) -> None:

@@ -85,9 +85,10 @@ class RunLock:
 
     The file holds the owner's PID, host and start time, so a refusal can name who writes. The
     kernel drops the lock when its owner dies (even by SIGKILL), so a stale lock of a dead process is
-    taken over at once. The file is never removed: removing it while another process waits on it
-    would let a third lock a new file beside the waiter. Where ``fcntl`` is missing (Windows) runs
-    are not locked.
+    taken over at once. ``release`` removes the file while it still holds the lock, so a finished run
+    keeps no ``.lock``; a process that was waiting on the removed file finds, once it holds it, that the
+    path no longer names it, and locks the path anew (so no two processes ever hold locks on two files
+    of one path). Where ``fcntl`` is missing (Windows) runs are not locked.
     """
 
     NAME = ".lock"
@@ -110,17 +111,21 @@ class RunLock:
             import fcntl
         except ImportError:  # pragma: no cover  (not POSIX)
             return
-        with writing(self.path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: a held lock never keeps a disk busy
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                os.close(fd)
-                raise RunBusy(f"run directory {self.path.parent} is being written by {self.owner()}; "
-                              f"wait for it to finish or use another --out") from None
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        while True:
+            with writing(self.path):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: a held lock never keeps a disk busy
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    os.close(fd)
+                    raise RunBusy(f"run directory {self.path.parent} is being written by {self.owner()}; "
+                                  f"wait for it to finish or use another --out") from None
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if self._names(fd):
+                break
+            os.close(fd)  # its holder removed the file on release: lock the path as it is now
         self.fd = fd
         with writing(self.path), _releasing_on_error(self):
             self.path.write_text(f"pid {os.getpid()} on host {socket.gethostname()} since "
@@ -143,8 +148,22 @@ class RunLock:
             os.close(fd)
         return False
 
+    def _names(self, fd: int) -> bool:
+        """True when the lock file's path still names the file open as ``fd``."""
+        try:
+            here = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
     def release(self) -> None:
         if self.fd is not None:
+            try:
+                if self._names(self.fd):
+                    self.path.unlink()  # while still held: a waiter then sees the path gone and locks anew
+            except OSError:
+                pass  # a read-only or vanished folder: the flock is what matters
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
 

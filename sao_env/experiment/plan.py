@@ -33,14 +33,15 @@ class RunPlan:
 
 
 def plan_run(env: str, agent: str, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), *,
-             runs_dir: Path = Path("runs"), out: Path | None = None) -> RunPlan:
-    """Resolve a run and its directory ``runs_dir/<env>/<label>/seed<N>`` (``out`` when given)."""
-    config = resolve_config(env, agent, seed, overrides)
+             runs_dir: Path = Path("runs"), out: Path | None = None, build_sources: bool = True) -> RunPlan:
+    """Resolve a run and its directory ``runs_dir/<env>/<label>/seed<N>`` (``out`` when given);
+    ``build_sources=False`` for a dry run (``resolve_config``)."""
+    config = resolve_config(env, agent, seed, overrides, build_sources=build_sources)
     expanded = expand_config(config)
     label = config.agent.name
     if overrides:
         unseeded = config_hash({k: v for k, v in expanded.items() if k != "seed"})
-        base = expand_config(resolve_config(env, agent, config.seed))
+        base = expand_config(resolve_config(env, agent, config.seed, build_sources=build_sources))
         if unseeded != config_hash({k: v for k, v in base.items() if k != "seed"}):
             label = f"{config.agent.name}+{unseeded[:8]}"
     out = out if out is not None else Path(runs_dir) / config.env.name / label / f"seed{config.seed}"

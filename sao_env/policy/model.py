@@ -77,10 +77,25 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(name_or_path)
 
 
+def _from_hub(load, name: str):
+    """``load(name)`` with an unreachable hub read as offline (the cache only, at once) and a model that
+    cannot be found as one line (UserError) instead of transformers' page of traceback."""
+    from sao_env.errors import UserError
+    from sao_env.hub import reach_or_cache
+
+    with reach_or_cache() as why_offline:
+        try:
+            return load(name)
+        except OSError as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise UserError(f"cannot load model {name!r}" + (f" ({why_offline})" if why_offline else "")
+                            + f": {reason}") from None
+
+
 def build_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     if spec.is_tiny:
         return build_char_tokenizer()
-    tokenizer = load_tokenizer(spec.name)
+    tokenizer = _from_hub(load_tokenizer, spec.name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -91,7 +106,7 @@ def build_policy(spec: ModelSpec, tokenizer: PreTrainedTokenizerBase, *, seed: i
     """Instantiate the policy; the tiny one is seeded so that the same spec gives the same weights."""
     dtype = getattr(torch, spec.dtype)
     if not spec.is_tiny:
-        return AutoModelForCausalLM.from_pretrained(spec.name, dtype=dtype)
+        return _from_hub(lambda name: AutoModelForCausalLM.from_pretrained(name, dtype=dtype), spec.name)
     config_cls = TINY_ARCHITECTURES[spec.name]
     config = config_cls(
         vocab_size=len(tokenizer),
