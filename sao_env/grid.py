@@ -47,6 +47,7 @@ Outputs (``write_grid``), into a folder of their own:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -366,9 +367,10 @@ class Ledger:
         found = [e for (h, _), e in self._entries.items() if h == plan.config_hash]
         return found[-1] if found else None
 
-    def add(self, run: "GridRun", code: str) -> None:
-        """Record ``run``, finished (its run directory holds ``summary.json``), as made by code ``code``."""
-        row, numbers = run_row(run)
+    def add(self, run: "GridRun", code: str, row: tuple[dict, dict] | None = None) -> None:
+        """Record ``run``, finished (its run directory holds ``summary.json``), as made by code ``code``;
+        ``row``: its per-seed row already read (``run_row``, e.g. on the cluster node that made it)."""
+        row, numbers = row if row is not None else run_row(run)
         entry = {"config_hash": run.plan.config_hash, "code": code, "row": row, "numbers": numbers}
         line = json.dumps(entry, sort_keys=False) + "\n"
         try:
@@ -405,9 +407,10 @@ def reuse_decision(run: GridRun, code: dict, ledger: Ledger | None = None,
 def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existing: bool = True,
              report: Callable[[str], None] = lambda line: None,
              on_done: Callable[[GridRun, dict, float], None] | None = None,
-             checkpoint_every: Any = None, ledger: Ledger | None = None) -> GridReport:
+             checkpoint_every: Any = None, ledger: Ledger | None = None, cluster: Any = None) -> GridReport:
     """Reuse every finished run of the same configuration and code (its run directory, else the
-    ``ledger``'s record of it), make (or resume) the others in ``jobs`` worker processes, and say so:
+    ``ledger``'s record of it), make (or resume) the others in ``jobs`` worker processes (or, given a
+    ``sao_env.cluster.Cluster``, as tasks on it, each run's row coming back from its node), and say so:
     one ``report`` line for the reused runs, then one per finished run (``[i/N]``, the metric and the
     elapsed time); ``on_done(run, summary, seconds)`` after each. With a ledger, every run reused from
     its directory and every run made is recorded in it (when it ends). A summary without the grid's
@@ -436,7 +439,7 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
     made: list[GridRun] = []
     start = time.perf_counter()
 
-    def done(plan: Any, summary: dict, seconds: float) -> None:
+    def done(plan: Any, summary: dict, seconds: float, row: tuple[dict, dict] | None = None) -> None:
         run = by_out[plan.out]
         made.append(run)
         _check_metric(metric, summary)
@@ -445,11 +448,18 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
         report(f"[{len(made)}/{len(todo)}] {run.describe(grid.axes)}: {metric} {shown}; {seconds:.0f} s, "
                f"elapsed {_clock(time.perf_counter() - start)}  {plan.out}")
         if ledger is not None:
-            ledger.add(run, key)
+            ledger.add(run, key, row)
         if on_done is not None:
             on_done(run, summary, seconds)
 
     options = {} if checkpoint_every is None else {"checkpoint_every": checkpoint_every}
+    if cluster is not None:
+        from sao_env import cluster as on_cluster
+
+        on_cluster.run_many([r.plan for r in todo], cluster=cluster, code=code, on_done=done, report=report,
+                            describe=lambda plan: by_out[plan.out].describe(grid.axes),
+                            rows=[functools.partial(on_cluster.grid_row, r) for r in todo], **options)
+        return GridReport(reused, made)
     run_many([r.plan for r in todo], jobs=jobs, code=code, show_progress=False, on_done=done, on_warm_start=report,
              **options)
     return GridReport(reused, made)

@@ -15,6 +15,12 @@ from sao_env.errors import UserError
 console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log or a pipe reads them whole
 
 FIGURES = ("value", "difference", "collapse")
+CLUSTER_HELP = ("Run on a Ray cluster instead of this machine's cores: auto (one started here, or $RAY_ADDRESS), "
+                "HOST:PORT or ray://HOST:PORT; each pending run is a task, this process keeps the ledger and tables.")
+RESOURCES_HELP = "With --cluster: what each run reserves, e.g. CPU=2,GPU=1,memory=4e9 (default CPU=1)."
+NODE_RUNS_HELP = ("With --cluster: where each node writes run directories, on its own disk (default: --runs-dir, "
+                  "a path every node shares); their rows come back to the ledger.")
+SHIP_HELP = "With --cluster: send each finished run's folder back here, into --runs-dir (resume checkpoints left out)."
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +39,10 @@ def grid(
     path: Path = typer.Argument(..., help="The grid file (YAML: rows, scenarios, seeds, baseline; optional axes, cut, metric)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the tables, the figure and the log (default: runs/grids/NAME)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process (default: the number of cores)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP),
+    run_resources: Optional[str] = typer.Option(None, "--run-resources", help=RESOURCES_HELP),
+    node_runs_dir: Optional[Path] = typer.Option(None, "--node-runs-dir", help=NODE_RUNS_HELP),
+    ship_runs: bool = typer.Option(False, "--ship-runs", help=SHIP_HELP),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Comma-separated seeds, replacing the grid's."),
     metric: Optional[str] = typer.Option(None, "--metric", help="The metric ranked, tested and drawn (default: the grid's, else online_reward)."),
     figure: str = typer.Option("value", "--figure", help="What the figure draws: value (the metric), difference (minus the baseline, paired by seed) or collapse (the share of seeds that collapsed)."),
@@ -47,6 +57,7 @@ def grid(
     configuration hash) and write its per-seed table, aggregates with paired differences to the
     baseline, and its map."""
     from sao_env.cli.training import _checkpoint_every, _cores
+    from sao_env.cluster import from_options
     from sao_env.grid import (LEDGER, Ledger, check_out, finished_part, grid_command, grid_table, load_grid, output_files,
                               plan_grid, reuse_decision, run_grid, write_grid)
     from sao_env.leaderboard.maps import provisional_text
@@ -58,6 +69,7 @@ def grid(
     if tables_only and (dry_run or not skip_existing):
         raise UserError(f"--tables-only makes no run; it does not go with {'--dry-run' if dry_run else '--no-skip-existing'}")
     every = _checkpoint_every(checkpoint_every)
+    on_cluster = from_options(cluster, resources=run_resources, node_runs_dir=node_runs_dir, ship=ship_runs, jobs=jobs)
     spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
     planned = plan_grid(spec, source=path, runs_dir=runs_dir)
     out = out if out is not None else default_out(path)
@@ -99,7 +111,7 @@ def grid(
             return
         try:
             done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
-                            checkpoint_every=every, ledger=ledger)
+                            checkpoint_every=every, ledger=ledger, cluster=on_cluster)
         except Exception as err:
             if not hasattr(err, "exit_code") or not hasattr(err, "signal_name"):  # not a run stopped by a signal
                 raise
