@@ -279,9 +279,11 @@ class Grid:
         return list(itertools.product(*self.spec.axis_values.values()))
 
 
-def plan_grid(spec: GridSpec, *, source: Path = Path("grid.yaml"), runs_dir: Path = Path("runs")) -> Grid:
+def plan_grid(spec: GridSpec, *, source: Path = Path("grid.yaml"), runs_dir: Path = Path("runs"),
+              build_sources: bool = True) -> Grid:
     """Plan every (scenario, row, axis point, seed) run; a bad scenario, recipe or override is one
-    UserError naming the row, and two cells that resolve to the same configuration are refused."""
+    UserError naming the row, and two cells that resolve to the same configuration are refused.
+    ``build_sources=False`` for a dry run (no task source built: no benchmark rows read)."""
     axes = list(spec.axes)
     points = list(itertools.product(*spec.axis_values.values()))
     runs = []
@@ -293,7 +295,8 @@ def plan_grid(spec: GridSpec, *, source: Path = Path("grid.yaml"), runs_dir: Pat
                 where = f"scenario {scenario}, row {row.label!r}" + "".join(f", {k}={v}" for k, v in zip(axes, point))
                 for seed in spec.seeds:
                     try:
-                        plan = plan_run(scenario, row.agent, seed, overrides, runs_dir=runs_dir)
+                        plan = plan_run(scenario, row.agent, seed, overrides, runs_dir=runs_dir,
+                                        build_sources=build_sources)
                     except UserError as err:
                         raise UserError(f"{where}: {err}") from None
                     runs.append(GridRun(scenario, row.label, tuple(point), seed, plan))

@@ -316,3 +316,43 @@ def test_the_waiting_compare_does_not_claim_a_run_it_did_not_make(tmp_path, caps
     err = capsys.readouterr().err
     assert f"[1/1] {plan.out} made by another process while this one waited (" in err
     assert "finished in" not in err
+
+
+# ----------------------------------------------------------------------------- grids across code versions
+
+
+def test_grid_dry_run_says_the_ledger_is_of_other_code_and_what_the_runs_cost(tmp_path, capsys):
+    import yaml
+
+    from sao_env.grid import load_grid, plan_grid
+
+    folder = tmp_path / "grid"
+    folder.mkdir()
+    grid = folder / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"title": "tiny grid", "scenarios": ["style-drift"], "seeds": [0, 1],
+                                    "baseline": "grpo", "cut": list(SHRINK),
+                                    "rows": [{"label": "grpo", "agent": "grpo"},
+                                             {"label": "running mean", "agent": "running_mean"}]}, sort_keys=False))
+    (folder / "README.md").write_text("Made by commit 0123abc with Python 3.11.\n")
+    runs = tmp_path / "runs"
+    planned = plan_grid(load_grid(grid), source=grid, runs_dir=runs)
+    (folder / "finished.jsonl").write_text("".join(
+        json.dumps({"config_hash": r.plan.config_hash, "code": "src.0123456789ab", "row": {"seed": r.seed},
+                    "numbers": {"online_reward": 0.5}}) + "\n" for r in planned.runs[:3]))
+    timed = runs / "style-drift" / "someone" / "seed0"  # a finished run of the scenario, 3 simulated minutes in 90 s
+    timed.mkdir(parents=True)
+    (timed / "summary.json").write_text("{}")
+    (timed / "config.yaml").write_text(yaml.safe_dump({"env": {"phases": [{"duration_h": 0.02}, {"duration_h": 0.03}]}}))
+    (timed / "timings.json").write_text(json.dumps({"total_s": 100.0, "warm_start_s": 10.0, "resumed_at_sim_s": None}))
+
+    assert main(["grid", str(grid), "--out", str(folder), "--runs-dir", str(runs), "--jobs", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "4 runs: 4 to run, 0 to reuse"
+    assert out[1].startswith(f"ledger: {folder / 'finished.jsonl'} lists 3 of these runs, made by other code: "
+                             "src.0123456789ab (3 runs); this code is src.")
+    assert f"({folder / 'README.md'} says which commit and versions made them)" in out[3]
+    assert "add --tables-only" in out[3]
+    assert out[4] == (f"cost: 4 runs, 0.12 simulated hours; about 0.06 core-hours, 2 min at --jobs 2 (style-drift: "
+                      f"1,800 s per simulated hour, the median of 1 finished run under {runs / 'style-drift'}; "
+                      "a warm start not cached yet adds its training)")
+    assert sum("the ledger lists it made by other code (src.0123456789ab)" in line for line in out) == 3

@@ -71,7 +71,7 @@ def grid(
     every = _checkpoint_every(checkpoint_every)
     on_cluster = from_options(cluster, resources=run_resources, node_runs_dir=node_runs_dir, ship=ship_runs, jobs=jobs)
     spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
-    planned = plan_grid(spec, source=path, runs_dir=runs_dir)
+    planned = plan_grid(spec, source=path, runs_dir=runs_dir, build_sources=not dry_run)
     out = out if out is not None else default_out(path)
     check_out(planned, out)
     command = grid_command(planned, out, seeds_given=seeds is not None, metric_given=metric is not None,
@@ -81,8 +81,17 @@ def grid(
     if dry_run:
         checks = [(run, *reuse_decision(run, code, ledger, skip_existing)) for run in planned.runs]
         reused = sum(1 for _, source, _ in checks if source is not None)
+        from sao_env.grid_notes import cost_note, ledger_note
+        from sao_env.provenance import code_key
+
         typer.echo(f"{len(planned.runs)} runs: {len(planned.runs) - reused} to run, {reused} to reuse")
+        for line in [*ledger_note(planned.runs, ledger, code_key(code), out),
+                     *cost_note([run for run, source, _ in checks if source is None], runs_dir, jobs or _cores())]:
+            typer.echo(line)
         for run, source, why in checks:
+            listed = ledger.get(run.plan) if source is None else None
+            if listed is not None:
+                why = f"{why}; the ledger lists it made by other code ({listed['code']})"
             typer.echo(f"{'reuse' if source else 'run':<5}  {run.describe(planned.axes)}  {run.plan.out}  {why}")
         typer.echo(f"would write into {out}:")
         for file in output_files(planned, out):
