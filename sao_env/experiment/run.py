@@ -307,7 +307,9 @@ def differing_keys(a: dict, b: dict, *, limit: int = 3) -> list[str]:
 
 def _summary(config: RunConfig, label: str, scenario: Scenario, agent: Agent, state, runtime, evals: list[dict],
              rewards: list[float], masked: list[float], out: Path, provenance: dict) -> dict:
-    """The run's headline figures (summary.json), from its final state and logs."""
+    """The run's headline figures (summary.json), from its final state and logs. ``final_version`` is the
+    version of the last update logged (the weights the final evaluation measured): an update the run
+    ended during is not counted, as metrics.jsonl does not log it (its batch is in ``episodes_consumed``)."""
     hours = scenario.duration_s / 3600
     staleness = np.array(state.staleness) if state.staleness else np.zeros(1)
     return {
@@ -322,7 +324,7 @@ def _summary(config: RunConfig, label: str, scenario: Scenario, agent: Agent, st
         "episodes_per_update": state.consumed / max(state.updates, 1),
         "episodes_per_update_nominal": agent.group_size * agent.groups_per_update,
         "episodes_completed": state.completed, "episodes_consumed": state.consumed, "in_flight_at_end": runtime.in_flight,
-        "dropped": state.dropped, "final_version": agent.version, "drift_times_h": [t / 3600 for t in scenario.drift_times_s],
+        "dropped": state.dropped, "final_version": runtime.deployed_version, "drift_times_h": [t / 3600 for t in scenario.drift_times_s],
         "provenance": provenance,
     }
 
