@@ -59,12 +59,17 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: the ledger's writers are not locked
+    fcntl = None
+
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sao_env.errors import UserError
-from sao_env.experiment import plan_run, reuse_check, run_many
+from sao_env.experiment import MadeElsewhere, plan_run, reuse_check, run_many
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.tables import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns, run_record
 from sao_env.provenance import code_key, code_version
@@ -345,8 +350,7 @@ class Ledger:
         except (OSError, UnicodeDecodeError) as err:
             raise UserError(f"{self.path}: cannot read the grid's ledger ({getattr(err, 'strerror', None) or err})") from None
         lines = text.split("\n")
-        if lines[-1]:
-            self._torn = len(lines[-1].encode())
+        self._torn = len(lines[-1].encode()) if lines[-1] else 0
         for number, line in enumerate(lines[:-1], 1):
             try:
                 entry = json.loads(line)
@@ -378,7 +382,12 @@ class Ledger:
         line = json.dumps(entry, sort_keys=False) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("r+b" if self.path.exists() else "wb") as f:
+            with self.path.open("a+b") as f:
+                if fcntl is not None:  # one writer at a time; another grid's lines are read before this one's goes in
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                self._read()
+                if (entry["config_hash"], code) in self._entries:
+                    return  # recorded already (by a grid run beside this one)
                 end = f.seek(0, 2)
                 if self._torn and end >= self._torn:
                     f.truncate(end - self._torn)
@@ -444,6 +453,12 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
 
     def done(plan: Any, summary: dict, seconds: float, row: tuple[dict, dict] | None = None) -> None:
         run = by_out[plan.out]
+        if isinstance(summary, MadeElsewhere):  # another process (a second grid) made it while this one waited
+            reused.append(run)
+            report(f"reused {run.describe(grid.axes)}: another process made it  {plan.out}")
+            if ledger is not None:
+                ledger.add(run, key, row)
+            return
         made.append(run)
         _check_metric(metric, summary)
         value = summary.get(metric)
