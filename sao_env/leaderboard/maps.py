@@ -473,13 +473,17 @@ def provisional_text(left_out: dict[str, Any]) -> str:
     return f"the rows not yet finished are left out: {rows}"
 
 
-def _html_table(header: list[str], body: list[list[str]], table_id: str) -> str:
-    """A sortable table of the site (its script sorts on ``data-sort``)."""
+def _html_table(header: list[str], body: list[list[str]], table_id: str, *, stack: bool = False) -> str:
+    """A sortable table of the site (its script sorts on ``data-sort``); ``stack``: a cell's parts
+    (``value; difference``) on lines of their own, so that a table of many metrics fits a window."""
+    from sao_env.leaderboard.site import breakable
+
     e = html.escape
-    head = "".join(f'<th data-key="c{j}">{e(h)}</th>' for j, h in enumerate(header))
-    rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{e(c)}</td>' for c in r) + "</tr>" for r in body)
-    return (f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></div>")
+    head = "".join(f'<th data-key="c{j}">{breakable(h)}</th>' for j, h in enumerate(header))
+    shown = (lambda c: e(c).replace(" ± ", "\u00a0±\u00a0").replace("; ", ";<br>").replace(" (n=", "<br>(n=")) if stack else e
+    rows = "".join("<tr>" + "".join(f'<td data-sort="{e(c)}">{shown(c)}</td>' for c in r) + "</tr>" for r in body)
+    return (f'<div class="wrap"><table class="sortable{" stack" if stack else ""}" id="{table_id}"><thead><tr>{head}</tr>'
+            f"</thead><tbody>{rows}</tbody></table></div>")
 
 
 def maps_section(folder: Path) -> str:
@@ -534,7 +538,8 @@ def maps_section(folder: Path) -> str:
             if shown:
                 header, body = metrics_table(agg, axes=axes, baseline=baseline, metrics=shown)
                 parts.append(f"<p><b>{e(scenario)}: beside {e(column_format(metric).title)}</b> (mean ± 95% CI; "
-                             f"after it, minus {e(baseline)}, paired by seed)</p>" + _html_table(header, body, f"{table_id}-show"))
+                             f"below it, minus {e(baseline)}, paired by seed)</p>"
+                             + _html_table(header, body, f"{table_id}-show", stack=True))
             named = where / f"{scenario}-contrasts.csv"
             if (manifest.get("contrasts") or manifest.get("post_hoc")) and named.is_file():
                 frame = pd.read_csv(named, dtype={a: str for a in axes})

@@ -54,10 +54,10 @@ STYLE = """
 :root{--fg:#1d2330;--muted:#5b6474;--line:#dde2ea;--head:#f3f5f9;--best:#e6f4ea;--accent:#2456a6}
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Liberation Sans",sans-serif;color:var(--fg);
-margin:0 auto;max-width:1180px;padding:24px 28px 60px}
+margin:0 auto;max-width:1560px;padding:24px 28px 60px}
 h1{font-size:28px;margin:0 0 4px}h2{font-size:21px;margin:36px 0 6px;border-bottom:2px solid var(--line);
 padding-bottom:4px}h3{font-size:16px;margin:18px 0 6px}
-p{margin:6px 0}.muted{color:var(--muted)}.lead{font-size:16px;max-width:900px}
+p,ul,dl.facts,figure{max-width:1180px}p{margin:6px 0}.muted{color:var(--muted)}.lead{font-size:16px;max-width:900px}
 nav{margin:12px 0 4px;display:flex;flex-wrap:wrap;gap:6px 14px}nav a{color:var(--accent);text-decoration:none}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:10px 0;font-size:14px}
 dl.facts dt{color:var(--muted)}dl.facts dd{margin:0}
@@ -67,7 +67,8 @@ figcaption{font-size:13px;color:var(--muted)}
 .wrap{overflow-x:auto}
 table{border-collapse:collapse;font-size:14px;margin:8px 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid var(--line);padding:5px 10px;text-align:left;white-space:nowrap}
-th{background:var(--head);cursor:pointer;user-select:none;position:sticky;top:0}
+th{background:var(--head);cursor:pointer;user-select:none;position:sticky;top:0;white-space:normal;
+vertical-align:bottom;min-width:4em;max-width:12em}
 th:after{content:" \\2195";color:#aab}th[aria-sort=ascending]:after{content:" \\2191";color:var(--fg)}
 th[aria-sort=descending]:after{content:" \\2193";color:var(--fg)}
 td.num,th.num{text-align:right}td.best{background:var(--best);font-weight:600}
@@ -115,12 +116,24 @@ def read_boards(folder: Path) -> list[ScenarioBoard]:
         boards[path.stem.removesuffix("-runs")] = tables.board_from_csv(path)
     for path in sorted(folder.glob("*.csv")):
         env = path.stem
-        if env.endswith(("-runs", "-curves")) or env == "benchmarks" or env in boards:
+        if env.endswith(("-runs", "-curves")) or env == "benchmarks" or env in boards or is_stability(path):
             continue
         boards[env] = tables.board_from_csv(path)
     from sao_env.leaderboard.summary import order_boards
 
     return order_boards(list(boards.values()))
+
+
+STABILITY = "stability"
+"""Files named ``stability*`` are the long-run bench's (bench/stability.py): a page (``stability.md``), its
+per-run table (``stability-<env>.csv``: one row per run, not a board), its table of means
+(``stability-<env>-table.md``) and its figure (``stability-<env>.png``: training signals against learner
+updates). The site shows them in a section of their own, never as a scenario board."""
+
+
+def is_stability(path: Path) -> bool:
+    """A file of the long-run bench (``STABILITY``)."""
+    return Path(path).name.startswith(STABILITY)
 
 
 def write_site(folder: Path, *, generator: str) -> Path:
@@ -150,7 +163,10 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
     from sao_env.leaderboard.maps import maps_section
 
     map_html = maps_section(folder)
+    stability_html = _stability(folder)
+    findings = map_findings(folder)
     nav += (['<a href="#benchmarks">benchmarks</a>'] if has_bench else []) + (['<a href="#maps">maps</a>'] if map_html else [])
+    nav += ['<a href="#stability">stability</a>'] if stability_html else []
     nav += ['<a href="#rule">rule</a>']
     bench_words = (f", {len(bench)} benchmark evaluation{'s' if len(bench) != 1 else ''}" if has_bench else "")
     parts = [
@@ -159,6 +175,8 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         "<title>sao-env leaderboard</title>", f"<style>{STYLE}</style></head><body>",
         "<header><h1>sao-env leaderboard</h1>",
         f'<p class="lead" id="reading">{e(reading(ranked, len(apart)))}</p>',
+        *[f'<p class="lead finding" id="finding-{e(name)}"><b><a href="#map-{e(name)}">{e(title)}</a>.</b> '
+          f"{markdown_inline(text)}</p>" for name, title, text in findings],
         '<p class="muted">Asynchronous RL recipes (SAO, GRPO and its variants, ...) on drifting scenarios, each under '
         "the same simulated-time budget and rollout slots. Headline: online reward, the mean reward an online "
         "learner earns, with its 95% interval over seeds; then how fast each recipe recovers after every drift. "
@@ -172,12 +190,139 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
         *[_scenario(b, folder) for b in boards],
         _benchmarks(bench) if has_bench else "",
         map_html,
+        stability_html,
         '<section id="rule"><h2>The rule</h2><ul>' + "".join(f"<li>{r}</li>" for r in RULE) + "</ul></section>",
         '<footer>Columns are defined in docs/metrics.md. Every table sorts by a click on its header; '
         "<code>#sort=TABLE:COLUMN:asc|desc</code> in the address opens it sorted.</footer>",
         f"<script>{SCRIPT}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p) + "\n"
+
+
+VERDICT = "## Verdict"
+"""A map's README.md heading whose first paragraph is the map's finding, shown under the site's reading."""
+
+
+def map_findings(folder: Path) -> list[tuple[str, str, str]]:
+    """``(folder name, title, finding)`` of every map under ``folder`` whose README.md has a ``VERDICT``
+    section: its first paragraph, Markdown as written (``markdown_inline`` draws it)."""
+    import json
+
+    from sao_env.leaderboard.maps import MANIFEST, find_maps
+
+    found = []
+    for where in find_maps(folder):
+        readme = where / "README.md"
+        if not readme.is_file():
+            continue
+        lines = readme.read_text(encoding="utf-8").splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith(VERDICT)), None)
+        if start is None:
+            continue
+        paragraph = _first_paragraph(lines[start + 1:])
+        if not paragraph:
+            continue
+        try:
+            title = json.loads((where / MANIFEST).read_text()).get("title") or where.name
+        except (OSError, ValueError):
+            title = where.name
+        found.append((where.name, str(title), paragraph))
+    return found
+
+
+def _first_paragraph(lines: list[str]) -> str:
+    """The first block of non-blank lines that is prose (not a heading, table, list, code or image), joined."""
+    block: list[str] = []
+    for line in [*lines, ""]:
+        if line.strip():
+            block.append(line.strip())
+            continue
+        if block and not block[0].startswith(("#", "|", "-", "*  ", "```", "![", "    ")):
+            return " ".join(block)
+        block = []
+    return ""
+
+
+def markdown_inline(text: str) -> str:
+    """Markdown's inline forms as HTML: ``code``, **bold**, [text](link) (relative or http(s) links only);
+    everything else escaped."""
+    import re
+
+    parts = str(text).split("`")
+    codes = [f"<code>{html.escape(p)}</code>" for p in parts[1::2]]
+    prose = html.escape("".join(p if i % 2 == 0 else f"\x00{i // 2}\x00" for i, p in enumerate(parts)), quote=False)
+    prose = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", prose)
+    prose = re.sub(r"\[([^\]]+)\]\(((?:https?://|[\w./#-])[^)\s\"]*)\)", r'<a href="\2">\1</a>', prose)
+    return re.sub(r"\x00(\d+)\x00", lambda m: codes[int(m.group(1))], prose)
+
+
+def _stability(folder: Path) -> str:
+    """The long-run bench's section (``STABILITY``): per page its title and first paragraph, its figures
+    with the page's own captions (their alt text), the table of means and the runs the per-run table
+    holds; empty without a page."""
+    import re
+
+    e = html.escape
+    pages = [p for p in sorted(Path(folder).glob(f"{STABILITY}*.md")) if not p.stem.endswith("-table")]
+    if not pages:
+        return ""
+    parts = ['<section id="stability"><h2>Stability</h2><p class="muted">Long runs (at least 1,000 learner updates) '
+             "of the shipped recipes and the verdict on collapse, made by <code>bench/stability.py</code>: a bench, "
+             "not a scenario board, so it is neither ranked nor counted in the summary above.</p>"]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        title = next((line[2:].strip() for line in lines if line.startswith("# ")), page.stem)
+        body = lines[next((i + 1 for i, line in enumerate(lines) if line.startswith("# ")), 0):]
+        parts.append(f'<h3 id="stability-{e(page.stem)}">{markdown_inline(title)}</h3>')
+        intro = _first_paragraph(body)
+        if intro and not intro.endswith((".", ")")) and ". " in intro:  # "... Made with" before a code block
+            intro = intro[:intro.rindex(". ") + 1]
+        if intro:
+            parts.append(f"<p>{markdown_inline(intro)}</p>")
+        facts = [("page", f"<a href=\"{e(page.name)}\">{e(page.name)}</a> (the whole reading)")]
+        for csv in sorted(Path(folder).glob(f"{STABILITY}-*.csv")):
+            try:
+                runs = pd.read_csv(csv)
+            except (OSError, ValueError):
+                continue
+            if {"agent", "seed"} <= set(runs.columns):
+                who = "; ".join(f"{agent}: seed{'s' if len(g) > 1 else ''} {', '.join(str(int(x)) for x in g['seed'])}"
+                                for agent, g in runs.groupby("agent", sort=False))
+                facts.append(("runs", f"{len(runs)} ({e(who)}), <a href=\"{e(csv.name)}\">{e(csv.name)}</a>"))
+            if "updates" in runs.columns and runs["updates"].notna().any():
+                facts.append(("learner updates", f"{int(runs['updates'].min()):,}–{int(runs['updates'].max()):,} a run"))
+        parts.append('<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
+        for alt, src in re.findall(r"!\[([^\]]*)\]\(([^)\s]+)\)", text):
+            png = Path(folder) / src
+            if png.suffix.lower() != ".png" or not png.is_file():
+                continue
+            data = base64.b64encode(png.read_bytes()).decode("ascii")
+            caption = alt[:1].upper() + alt[1:] + f" ({page.name})."
+            parts.append(f'<figure><img alt="{e(alt)}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>{e(caption)}</figcaption></figure>")
+        for name in dict.fromkeys(re.findall(r"\]\(([^)\s]+-table\.md)\)", text)):
+            table = Path(folder) / name
+            if table.is_file():
+                parts.append(_markdown_table(table.read_text(encoding="utf-8"), f"stability-{Path(name).stem}"))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _markdown_table(text: str, table_id: str) -> str:
+    """The first Markdown table of ``text`` as a site table (numbers right-aligned as its ``---:`` says)."""
+    rows = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+    if len(rows) < 2:
+        return ""
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    header, rule, body = cells[0], cells[1], cells[2:]
+    right = [c.endswith(":") and not c.startswith(":") for c in rule]
+    cls = lambda j: ' class="num"' if j < len(right) and right[j] else ""  # noqa: E731
+    head = "".join(f'<th data-key="c{j}"{cls(j)}>{markdown_inline(h)}</th>' for j, h in enumerate(header))
+    rows_html = "".join("<tr>" + "".join(f'<td{cls(j)} data-sort="{html.escape(c)}">{markdown_inline(c)}</td>'
+                                         for j, c in enumerate(r)) + "</tr>" for r in body)
+    return (f'<div class="wrap"><table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows_html}</tbody></table></div>")
 
 
 def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> str:
@@ -284,7 +429,7 @@ def _board_table(board: ScenarioBoard, sid: str) -> str:
     columns += [("algorithm", "algorithm", False, True), ("overrides", "overrides", False, True),
                 ("config_hash", "config hash", False, True), ("code_version", "code version", False, True)]
     best = {m: board.supported_best(m) for m in headline}
-    head = "".join(f'<th data-key="{e(key)}" class="{"num " if num else ""}{"extra" if extra else ""}">{e(title)}</th>'
+    head = "".join(f'<th data-key="{e(key)}" class="{"num " if num else ""}{"extra" if extra else ""}">{breakable(title)}</th>'
                    for key, title, num, extra in columns)
     body = []
     for _, row in board.frame.iterrows():
@@ -427,6 +572,15 @@ def _band_words(board: ScenarioBoard) -> str:
     if (seeds <= 1).all():
         return "none (one seed per recipe; with several, the 95% t-interval over seeds)"
     return "95% t-interval over seeds (not min-max)"
+
+
+def breakable(text: Any) -> str:
+    """``text`` escaped for HTML, with a line-break opportunity after each ``.``, ``_`` and ``/``: a column
+    header such as ``env.latency.update_s_per_token`` wraps instead of widening its column."""
+    escaped = html.escape(str(text))
+    for mark in (".", "_", "/"):
+        escaped = escaped.replace(mark, mark + "<wbr>")
+    return escaped
 
 
 def _inline_code(text: Any) -> str:

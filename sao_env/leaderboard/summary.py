@@ -385,7 +385,7 @@ def summary_markdown(folder: Path) -> str:
     lines += scenario_lines(boards)
     lines += tuning_lines(folder)
     lines += grid_lines(folder)
-    stability = sorted(p.name for p in Path(folder).glob("stability*.md"))
+    stability = sorted(p.name for p in Path(folder).glob("stability*.md") if not p.stem.endswith("-table"))
     if stability:
         lines += ["## Stability", ""] + [f"- [{name}]({name}): long runs (>= 1,000 learner updates) and the verdict "
                                          "on collapse (bench/stability.py)." for name in stability] + [""]
