@@ -138,7 +138,8 @@ class SAOAgent(Agent):
         batch = self.batch(episodes)
         mask = batch.mask_BT
 
-        metrics, values_old = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma)
+        plan = self.plan(batch)  # one micro-batch plan for the critic's passes and the actor's (None: one piece)
+        metrics, values_old = self.critic.fit(batch, steps=cfg.critic_updates, gamma=cfg.gamma, plan=plan)
         metrics |= self.value_metrics(episodes, batch, values_old)
         self.updates += 1
         if self.updates <= cfg.critic_warmup_updates:
@@ -152,5 +153,5 @@ class SAOAgent(Agent):
                                     eps_high=self.eps_high, dual_clip=cfg.dual_clip, agg=cfg.agg,
                                     horizon=self.action_horizon)
 
-        metrics |= self.actor_step(batch, loss_fn)
+        metrics |= self.actor_step(batch, loss_fn, plan)
         return metrics | {"actor/warmup": 0.0, "actor/advantage_mean": masked_mean(advantages, mask).item()}

@@ -68,6 +68,6 @@ def pretrain_value(agent, scenario: Scenario, *, episodes: int, steps: int, seed
     losses = []
     for s in range(steps):
         k = s % len(batches)
-        losses.append(agent.critic.step(batches[k], targets[k])["critic/value_loss"])
+        losses.append(agent.critic.step(batches[k], targets[k], plan=agent.plan(batches[k]))["critic/value_loss"])
     return {"episodes": float(len(played)), "reward_mean": float(np.mean([e.reward for e in played])),
             "value_loss_first": losses[0], "value_loss_last": losses[-1]}

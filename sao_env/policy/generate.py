@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from sao_env.policy.lean import LeanDecoder, lean_decoder
+from sao_env.policy.placement import autocast
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ def sample(
     ``temperature == 0`` means greedy decoding (log-probabilities are then those of the
     temperature-1 distribution). The log-probability recorded is that of the distribution the
     token was drawn from, after temperature and top-p.
+
+    The model samples where it lives (a colocated GPU sampler on the learner's device) and in its precision
+    (``sao_env.policy.placement``: under bf16 autocast the key/value cache is bfloat16); the counter-based
+    draws are the same numbers on any device, compared against the CDF on the model's device.
     """
     if (generator is None) == (row_keys is None):
         raise ValueError("sample() needs exactly one of generator= and row_keys=")
@@ -59,9 +64,10 @@ def sample(
         model.eval()
     lean = lean_decoder(model)
     run = _sample_lean if lean is not None else _sample_hf
-    tokens, logps, finished = run(lean or model, prompts, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                                  pad_token_id=pad_token_id, generator=generator, row_keys=row_keys,
-                                  temperature=temperature, top_p=top_p)
+    with autocast(model):
+        tokens, logps, finished = run(lean or model, prompts, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                                      pad_token_id=pad_token_id, generator=generator, row_keys=row_keys,
+                                      temperature=temperature, top_p=top_p)
     return [Sample(tuple(t), tuple(lp), f) for t, lp, f in zip(tokens, logps, finished)]
 
 
@@ -100,7 +106,8 @@ def _sample_lean(lean: LeanDecoder, prompts, *, max_new_tokens, eos_token_id, pa
     lengths = torch.tensor([len(p) for p in prompts])
     positions = (valid[:, :longest].long().cumsum(-1) - 1).clamp(min=0)
     keys = np.array(row_keys, dtype=np.uint64) if row_keys is not None else None
-    cache = lean.new_cache(batch, longest + max_new_tokens)
+    cache = lean.new_cache(batch, longest + max_new_tokens,
+                           torch.bfloat16 if torch.is_autocast_enabled(device.type) else None)
     rows = torch.arange(batch)  # original index of each row still in the batch
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logps: list[list[float]] = [[] for _ in range(batch)]
@@ -205,10 +212,10 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float, generator: tor
         logp = torch.log_softmax(logp, dim=-1)
     if uniforms is None:
         ids = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(1).to(logits.device)
-    else:
-        cdf = logp.double().exp().cpu().cumsum(-1)
-        u = torch.from_numpy(uniforms)[:, None] * cdf[:, -1:]
-        ids = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=logp.shape[-1] - 1).to(logits.device)
+    else:  # on the logits' device: a (B, V) CDF copied to the CPU every step would cost more than the step
+        cdf = logp.double().exp().cumsum(-1)
+        u = torch.from_numpy(uniforms).to(cdf.device)[:, None] * cdf[:, -1:]
+        ids = torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=logp.shape[-1] - 1)
     return ids, logp.gather(1, ids[:, None]).squeeze(1)
 
 
@@ -216,6 +223,8 @@ def sequence_logprobs(model: PreTrainedModel, tokens_BT: torch.Tensor, attention
     """Token-aligned log-probabilities and entropies: ``logp[b, t] = log p(token t | tokens < t)``.
 
     Position 0 has no prediction and gets 0. Rows are right-padded; ``attention_BT`` marks real tokens.
+    The entropies carry no gradient (a metric). The caller enters the model's precision context
+    (``sao_env.policy.placement.autocast``); the log-softmax is taken in float32 either way.
     """
     lean = lean_decoder(model)
     if lean is not None:  # right padding: a causal pass gives every real token the same logits
@@ -224,6 +233,7 @@ def sequence_logprobs(model: PreTrainedModel, tokens_BT: torch.Tensor, attention
         logits = model(input_ids=tokens_BT, attention_mask=attention_BT).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, tokens_BT[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
+    with torch.no_grad():  # a metric: no graph, so the backward does not keep two more (B, T-1, V) tensors
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, T-1)
     zero = torch.zeros_like(logp[:, :1])
     return torch.cat([zero, logp], dim=1), torch.cat([zero, entropy], dim=1)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from transformers import PreTrainedModel
 
 SUPPORTED_TYPES = ("qwen2", "llama")
@@ -52,6 +53,8 @@ class LeanDecoder:
             layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj,
             layer.mlp.up_proj) for p in (m.weight, m.bias) if p is not None]
         self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.checkpoint_layers = False
+        """Recompute each layer's activations in the backward pass (``enable_checkpointing``)."""
 
     @staticmethod
     def supports(model: torch.nn.Module) -> bool:
@@ -115,11 +118,13 @@ class LeanDecoder:
             self._fused_versions = versions
         return self._fused
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
+    def new_cache(self, batch: int, capacity: int, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty cache in the parameters' dtype, or ``dtype`` (bfloat16 under autocast)."""
         p = self.backbone.embed_tokens.weight
         shape = (batch, self.num_kv_heads, capacity, self.head_dim)
         layers = len(self.backbone.layers)
-        return KVCache([p.new_zeros(shape) for _ in range(layers)], [p.new_zeros(shape) for _ in range(layers)])
+        zeros = (lambda: p.new_zeros(shape)) if dtype is None else (lambda: p.new_zeros(shape, dtype=dtype))
+        return KVCache([zeros() for _ in range(layers)], [zeros() for _ in range(layers)])
 
     # -- forward -------------------------------------------------------------------------------
     def hidden(
@@ -160,44 +165,68 @@ class LeanDecoder:
                                device=input_ids_BT.device).masked_fill_(~allowed, float("-inf"))
         x = self.backbone.embed_tokens(input_ids_BT)
         cos, sin = self._rotary(position_ids_BT, x.dtype)
-        groups = self.num_heads // self.num_kv_heads
         fused = None if torch.is_grad_enabled() else self._fused_weights()
-        N, K = self.num_heads, self.num_kv_heads
-        cos_BT1D, sin_BT1D = cos.transpose(1, 2), sin.transpose(1, 2)
+        checkpointed = self.checkpoint_layers and torch.is_grad_enabled() and cache is None
         for i, layer in enumerate(self.backbone.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            h = self._norm(x, layer.input_layernorm.weight)
-            if fused is not None:  # q and k rotated in one pass over the fused projection (B, T, N+2K, D)
-                qkv = F.linear(h, fused[i][0], fused[i][1]).view(B, T, N + 2 * K, self.head_dim)
-                qk = self._rotate(qkv[:, :, : N + K], cos_BT1D, sin_BT1D)
-                q, k, v = qk[:, :, :N].transpose(1, 2), qk[:, :, N:].transpose(1, 2), qkv[:, :, N + K :].transpose(1, 2)
+            if checkpointed:  # activations recomputed in the backward pass (``enable_checkpointing``)
+                x = torch.utils.checkpoint.checkpoint(self._block, i, layer, x, cos, sin, mask, None, None,
+                                                      use_reentrant=False)
             else:
-                q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, T, N, self.head_dim).transpose(1, 2)
-                k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
-                v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
-                q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-            if cache is not None:
-                cache.keys[i][:, :, past:S] = k
-                cache.values[i][:, :, past:S] = v
-                k, v = cache.keys[i][:, :, :S], cache.values[i][:, :, :S]
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
-                                                 scale=attn.scaling, enable_gqa=groups > 1)
-            out = F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight, attn.o_proj.bias)
-            x = x + out
-            h = self._norm(x, layer.post_attention_layernorm.weight)
-            gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
-            if fused is not None:
-                g, u = F.linear(h, fused[i][2], fused[i][3]).chunk(2, dim=-1)
-            else:
-                g, u = F.linear(h, gate.weight, gate.bias), F.linear(h, up.weight, up.bias)
-            x = x + F.linear(F.silu(g) * u, down.weight, down.bias)
+                x = self._block(i, layer, x, cos, sin, mask, fused, cache)
         if cache is not None:
             cache.length = S
         return self._norm(x, self.backbone.norm.weight)
 
+    def _block(self, i: int, layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+               fused: list[tuple] | None, cache: KVCache | None) -> torch.Tensor:
+        """One decoder layer: attention (writing the cache when there is one) and the MLP, each with its residual."""
+        B, T = x.shape[:2]
+        past = cache.length if cache is not None else 0
+        S = past + T
+        groups = self.num_heads // self.num_kv_heads
+        N, K = self.num_heads, self.num_kv_heads
+        cos_BT1D, sin_BT1D = cos.transpose(1, 2), sin.transpose(1, 2)
+        attn, mlp = layer.self_attn, layer.mlp
+        h = self._norm(x, layer.input_layernorm.weight)
+        if fused is not None:  # q and k rotated in one pass over the fused projection (B, T, N+2K, D)
+            qkv = F.linear(h, fused[i][0], fused[i][1]).view(B, T, N + 2 * K, self.head_dim)
+            qk = self._rotate(qkv[:, :, : N + K], cos_BT1D, sin_BT1D)
+            q, k, v = qk[:, :, :N].transpose(1, 2), qk[:, :, N:].transpose(1, 2), qkv[:, :, N + K :].transpose(1, 2)
+        else:
+            q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, T, N, self.head_dim).transpose(1, 2)
+            k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
+            v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, T, K, self.head_dim).transpose(1, 2)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        if cache is not None:
+            cache.keys[i][:, :, past:S] = k
+            cache.values[i][:, :, past:S] = v
+            k, v = cache.keys[i][:, :, :S], cache.values[i][:, :, :S]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
+                                             scale=attn.scaling, enable_gqa=groups > 1)
+        out = F.linear(out.transpose(1, 2).reshape(B, T, -1), attn.o_proj.weight, attn.o_proj.bias)
+        x = x + out
+        h = self._norm(x, layer.post_attention_layernorm.weight)
+        gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        if fused is not None:
+            g, u = F.linear(h, fused[i][2], fused[i][3]).chunk(2, dim=-1)
+        else:
+            g, u = F.linear(h, gate.weight, gate.bias), F.linear(h, up.weight, up.bias)
+        x = x + F.linear(F.silu(g) * u, down.weight, down.bias)
+        return x
+
     def logits(self, hidden_BTH: torch.Tensor) -> torch.Tensor:
         head = self.model.lm_head
         return F.linear(hidden_BTH, head.weight, head.bias)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Gradient checkpointing for ``model``'s passes with gradient: per layer in the lean forward, else through
+    transformers' own switch (which acts in training mode only)."""
+    lean = lean_decoder(model)
+    if lean is not None:
+        lean.checkpoint_layers = True
+    elif hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 _DECODERS: "weakref.WeakKeyDictionary[torch.nn.Module, LeanDecoder | None]" = weakref.WeakKeyDictionary()

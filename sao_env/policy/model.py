@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -55,6 +55,37 @@ class ModelSpec(BaseModel):
     for character-level benchmark problems."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype."""
+    device: str = "cpu"
+    """Where the policy, its critic, the learner's batches and a colocated sampler live: ``cpu``, ``auto`` (the
+    first CUDA GPU if there is one, else the CPU) or a torch device name (``cuda``, ``cuda:1``);
+    ``sao_env.policy.placement``."""
+    precision: Literal["float32", "bf16_autocast"] = "float32"
+    """``float32``, or ``bf16_autocast``: float32 master weights and optimizer state, forward passes (learner,
+    critic, sampler, evaluation) under bfloat16 autocast (``sao_env.policy.placement``)."""
+
+    omit_at_default: ClassVar[tuple[str, ...]] = ("device", "precision")
+    """Keys left out of the dump while they hold their defaults: configurations written before they existed
+    keep their hashes (and warm starts their cache keys)."""
+    placement_keys: ClassVar[tuple[str, ...]] = ("device", "precision")
+    """Keys that say where and how the model computes, not which model it is (the warm start ignores them)."""
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, name: str) -> str:
+        from sao_env.policy.placement import DEVICE_PATTERN
+
+        if not DEVICE_PATTERN.match(name):
+            raise ValueError(f"unknown device {name!r}; use cpu, auto, cuda, cuda:N or mps")
+        return name
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in self.omit_at_default:
+                if key in data and getattr(self, key) == type(self).model_fields[key].default:
+                    data.pop(key)
+        return data
 
     @property
     def is_tiny(self) -> bool:

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from sao_env.envs.base import render_prompt
 from sao_env.forking import fork_is_safe
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
+from sao_env.policy.placement import place
 from sao_env.scenario import Scenario, WarmStartSpec
 from sao_env.types import Turn
 
@@ -90,7 +91,7 @@ def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) ->
     settings = spec.model_dump()
     del settings["sources"]  # as resolved above (absent before the field existed: those keys stay)
     payload = {
-        "model": model.model_dump(),
+        "model": {k: v for k, v in model.model_dump().items() if k not in ModelSpec.placement_keys},
         "phases": phases,
         "warm_start": settings,
         "format": DEMONSTRATION_FORMAT,
@@ -116,7 +117,16 @@ def load_warm_started(
     model_spec: ModelSpec, scenario: Scenario, *, show_progress: bool = True, forward_threads: int | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path | None]:
     """The warm-started tiny policy (trained once, then read from the cache), or a hub model as is;
-    ``forward_threads`` as in ``supervised_warm_start`` where it has to be trained."""
+    ``forward_threads`` as in ``supervised_warm_start`` where it has to be trained. The policy is returned on
+    ``model_spec.device`` with its precision recorded (``sao_env.policy.placement``); a warm start is always
+    trained and cached on the CPU in float32, so its cache serves every placement."""
+    policy, tokenizer, path = _load_warm_started(model_spec, scenario, show_progress=show_progress,
+                                                 forward_threads=forward_threads)
+    return place(policy, model_spec.device, model_spec.precision), tokenizer, path
+
+
+def _load_warm_started(model_spec: ModelSpec, scenario: Scenario, *, show_progress: bool,
+                       forward_threads: int | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, Path | None]:
     spec = scenario.spec.warm_start
     path = warm_start_path(model_spec, scenario)
     if path is None:

@@ -32,7 +32,7 @@ from sao_env.errors import UserError
 from sao_env.runtime.core import Request
 from sao_env.runtime.reaper import Reaper
 from sao_env.runtime.rollout import Rollout, play
-from sao_env.runtime.threads import RealtimeRuntime, batch_rows, frozen_copy
+from sao_env.runtime.threads import RealtimeRuntime, batch_rows, cpu_copy, frozen_copy
 
 
 def _ray():
@@ -106,7 +106,7 @@ class RayWorkers:
         self.actor_cpus = min(1.0, cpus / n)
         """CPUs each actor reserves: one, or an equal share when the cluster has fewer CPUs than workers."""
         self.actor_class = ray.remote(RolloutWorker)
-        self.policy_ref = ray.put(runtime.agent.policy)
+        self.policy_ref = ray.put(cpu_copy(runtime.agent.policy))
         self.tokenizer_ref = ray.put(runtime.tokenizer)
         self.actors = [self._spawn(w) for w in range(n)]
         self.pids = [ray.get(a.pid.remote()) for a in self.actors]
@@ -126,8 +126,9 @@ class RayWorkers:
         return self.actor_class.options(**options).remote(self.policy_ref, self.tokenizer_ref, rt.scenario.spec, rt.spec)
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]):
-        """Put the new weights in the object store once; every actor fetches them from there."""
-        self.weights_ref = self.ray.put({k: v.detach().clone() for k, v in weights.items()})
+        """Put the new weights in the object store once, as CPU copies (a learner on a GPU included); every actor
+        fetches them from there."""
+        self.weights_ref = self.ray.put({k: v.detach().to("cpu", copy=True) for k, v in weights.items()})
         self.weights_version = version
         return self.weights_ref
 

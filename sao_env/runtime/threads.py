@@ -47,6 +47,7 @@ import torch
 
 from sao_env.agents.base import Agent
 from sao_env.policy.generate import row_key
+from sao_env.policy.placement import model_device
 from sao_env.runtime.core import Request, RunState, train_metrics
 from sao_env.runtime.rollout import Rollout, play
 from sao_env.runtime.sim import make_scheduler
@@ -94,12 +95,23 @@ def frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def cpu_copy(policy: torch.nn.Module) -> torch.nn.Module:
+    """The policy itself where it lives on the CPU, else a frozen CPU copy (for CPU samplers elsewhere: Ray actors)."""
+    if model_device(policy).type == "cpu":
+        return policy
+    return frozen_copy(policy).to("cpu")
+
+
 class LocalWorkers:
-    """Rollout workers as threads of this process, each with its own copy of the weights."""
+    """Rollout workers as threads of this process, each with its own copy of the weights; with the policy on a
+    GPU, one colocated sampler copy on that GPU serves every worker thread, a batch at a time, and takes each
+    published version in place (a device-to-device copy)."""
 
     def __init__(self, runtime: "RealtimeRuntime", n: int):
         self.runtime = runtime
-        self.models = [frozen_copy(runtime.agent.policy) for _ in range(n)]
+        self.colocated = model_device(runtime.agent.policy).type != "cpu"
+        shared = frozen_copy(runtime.agent.policy) if self.colocated else None
+        self.models = [shared if self.colocated else frozen_copy(runtime.agent.policy) for _ in range(n)]
         self.versions = [runtime.agent.version] * n
         self.sampler = None
         if runtime.spec.generator == "vllm":
@@ -107,17 +119,25 @@ class LocalWorkers:
 
             self.sampler = VLLMGenerator.from_policy(runtime.agent.policy, runtime.tokenizer)
             self.sampler.version = runtime.agent.version
-        self.sampler_lock = threading.Lock()
+        self.sampler_lock = threading.RLock()
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the workers will read: a detached copy, so the learner may keep training its own tensors."""
         return {k: v.detach().clone() for k, v in weights.items()}
 
     def play(self, w: int, requests: list[Request], version: int, published, members: list[list[int]]) -> list[Rollout]:
+        if self.colocated:  # one model on the GPU for every worker: load and play under the lock
+            with self.sampler_lock:
+                return self._play(w, requests, version, published, members)
+        return self._play(w, requests, version, published, members)
+
+    def _play(self, w: int, requests: list[Request], version: int, published, members: list[list[int]]) -> list[Rollout]:
         rt = self.runtime
         if self.versions[w] != version:
             with torch.no_grad():
                 self.models[w].load_state_dict(published)
+            if self.colocated:
+                self.versions = [version] * len(self.versions)
             self.versions[w] = version
         tasks, env_seeds, row_keys = batch_rows(requests, members)
         args = (self.models[w], rt.tokenizer, tasks, rt.scenario.spec)
@@ -156,7 +176,8 @@ class RealtimeRuntime:
         self.deployed = frozen_copy(agent.policy)
         self.deployed_version = agent.version
         groups = scenario.spec.rollout_slots // agent.group_size
-        self.n_workers = spec.workers or max(1, min(groups, os.cpu_count() or 1))
+        on_gpu = model_device(agent.policy).type != "cpu"  # one colocated sampler: one worker takes every slot
+        self.n_workers = spec.workers or (1 if on_gpu else max(1, min(groups, os.cpu_count() or 1)))
         self.batch_cap = max(1, math.ceil(groups / self.n_workers))
         """Requests one worker takes into one batch: its share of the rollout slots."""
         self.cv = threading.Condition()
