@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import shutil
 import signal
@@ -144,7 +145,7 @@ def connected(cluster: Cluster) -> Iterator[Any]:
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
-            ray.init(address=cluster.address, log_to_driver=False)
+            ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"--cluster {cluster.address}: cannot join a Ray cluster there "
                             f"({' '.join(str(err).split())[:300]})") from None
@@ -207,7 +208,11 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
     if loggers:
         options["loggers"] = loggers
     with connected(cluster) as ray:
-        _check_fits(ray, cluster, report)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        report(f"{len(plans)} runs on the Ray cluster at {cluster.address}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
+               f"{ray.cluster_resources().get('CPU', 0):g} CPUs; each run reserves "
+               + ", ".join(f"{k}={v:g}" for k, v in cluster.resources.items()))
+        _check_fits(ray, nodes, cluster, report)
         task = ray.remote(_make).options(**cluster.task_options())
         expect = expected_code(code)
         pending = {task.remote(plan, cluster.node_path(plan.out), code, expect, options,
@@ -239,11 +244,11 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
                                 "the others finished and are recorded. First: " + failed[0])
 
 
-def _check_fits(ray: Any, cluster: Cluster, report: Callable[[str], None]) -> None:
+def _check_fits(ray: Any, nodes: list[dict], cluster: Cluster, report: Callable[[str], None]) -> None:
     """Say so when no live node offers what each run reserves (its tasks would wait for one)."""
     need = dict(cluster.resources)
-    for node in ray.nodes():
-        offered = node.get("Resources", {}) if node.get("Alive") else {}
+    for node in nodes:
+        offered = node.get("Resources", {})
         if all(offered.get(name, 0) >= amount for name, amount in need.items() if amount > 0):
             return
     report(f"no live node of the cluster offers {', '.join(f'{k}={v:g}' for k, v in need.items())}; "

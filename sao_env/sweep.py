@@ -189,8 +189,9 @@ def _check(env: str, agent: str, overrides: list[str], what: str) -> None:
 
 
 def run_sweep(sweep: Sweep, *, jobs: int = 1, skip_existing: bool = True,
-              report: Callable[[str], None] = lambda line: None) -> pd.DataFrame:
-    """Make (or reuse) every run of the sweep; returns the per-seed table (``sweep_table``)."""
+              report: Callable[[str], None] = lambda line: None, cluster: Any = None) -> pd.DataFrame:
+    """Make (or reuse) every run of the sweep, in ``jobs`` worker processes or as tasks on ``cluster``
+    (a ``sao_env.cluster.Cluster``); returns the per-seed table (``sweep_table``)."""
     code = code_version()
     todo = []
     for (number, seed), plan in sweep.plans.items():
@@ -206,7 +207,12 @@ def run_sweep(sweep: Sweep, *, jobs: int = 1, skip_existing: bool = True,
         done += 1
         report(f"[{done}/{len(todo)}] {plan.out} in {seconds:.0f} s: {sweep.objective} {summary.get(sweep.objective, float('nan')):.3f}")
 
-    run_many(todo, jobs=jobs, code=code, show_progress=False, on_done=on_done, on_warm_start=report)
+    if cluster is not None:
+        from sao_env import cluster as on_cluster
+
+        on_cluster.run_many(todo, cluster=cluster, code=code, on_done=on_done, report=report)
+    else:
+        run_many(todo, jobs=jobs, code=code, show_progress=False, on_done=on_done, on_warm_start=report)
     return sweep_table(sweep)
 
 

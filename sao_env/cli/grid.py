@@ -16,7 +16,7 @@ console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log
 
 FIGURES = ("value", "difference", "collapse")
 CLUSTER_HELP = ("Run on a Ray cluster instead of this machine's cores: auto (one started here, or $RAY_ADDRESS), "
-                "HOST:PORT or ray://HOST:PORT; each pending run is a task, this process keeps the ledger and tables.")
+                "HOST:PORT or ray://HOST:PORT; each pending run is a task there, this process gathers the results and writes the outputs.")
 RESOURCES_HELP = "With --cluster: what each run reserves, e.g. CPU=2,GPU=1,memory=4e9 (default CPU=1)."
 NODE_RUNS_HELP = ("With --cluster: where each node writes run directories, on its own disk (default: --runs-dir, "
                   "a path every node shares); their rows come back to the ledger.")

@@ -14,6 +14,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from sao_env.cli.grid import CLUSTER_HELP, NODE_RUNS_HELP, RESOURCES_HELP, SHIP_HELP
 from sao_env.errors import UserError
 
 console = Console(stderr=True, soft_wrap=True)  # lines are never wrapped: a log or a pipe reads them whole
@@ -226,6 +227,10 @@ def compare(
     leaderboard_dir: Optional[Path] = typer.Option(None, "--leaderboard-dir", help="Where tables, the plot, the site and the summary go (default: RUNS_DIR/leaderboards, outside the tracked tree; the committed boards only when asked: --leaderboard-dir leaderboards)."),
     skip_existing: bool = typer.Option(True, help="Reuse a run that finished with the same configuration hash and code version."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Runs at once, each in a worker process with one torch thread (default: the number of cores)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP),
+    run_resources: Optional[str] = typer.Option(None, "--run-resources", help=RESOURCES_HELP),
+    node_runs_dir: Optional[Path] = typer.Option(None, "--node-runs-dir", help=NODE_RUNS_HELP),
+    ship_runs: bool = typer.Option(False, "--ship-runs", help=SHIP_HELP),
     logger: Optional[list[str]] = typer.Option(None, "--logger", help=LOGGER_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the runs it would make and those it would reuse, with why, and the board files it would write, and exit."),
     checkpoint_every: str = typer.Option("25u", "--checkpoint-every", help=CHECKPOINT_HELP),
@@ -234,6 +239,10 @@ def compare(
     """Run agents x seeds on one scenario, then write the leaderboard table and adaptation plot.
 
     An unfinished run whose checkpoint has the same configuration hash and code is resumed."""
+    from sao_env.cluster import from_options
+
+    on_cluster = from_options(cluster, resources=run_resources, node_runs_dir=node_runs_dir, ship=ship_runs, jobs=jobs,
+                              needs_run_dirs=True)
     for name in dict.fromkeys(a.strip() for a in agents.split(",") if a.strip()):
         precheck(env, name, overrides or [], network=not dry_run)
     from sao_env.experiment import MadeElsewhere, RunInterrupted, plan_run, reuse_check, run_many, writing
@@ -277,8 +286,14 @@ def compare(
                       f"online_reward {summary['online_reward']:.3f}, auc {summary.get('auc', float('nan')):.3f}", soft_wrap=True)
 
     try:
-        run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report, checkpoint_every=every,
-                 on_warm_start=lambda line: console.print(line, soft_wrap=True))
+        if on_cluster is not None:
+            from sao_env.cluster import run_many as run_on_cluster
+
+            run_on_cluster(todo, cluster=on_cluster, loggers=loggers, code=code, on_done=report, checkpoint_every=every,
+                           report=lambda line: console.print(line, soft_wrap=True, highlight=False, markup=False))
+        else:
+            run_many(todo, jobs=jobs or _cores(), loggers=loggers, code=code, on_done=report, checkpoint_every=every,
+                     on_warm_start=lambda line: console.print(line, soft_wrap=True))
     except RunInterrupted as err:
         _interrupted(err, ["sao-env", "compare", "--env", env, "--agents", agents,
                            *(["--num-seeds", str(num_seeds)] if num_seeds else ["--seeds", seeds]),
