@@ -57,7 +57,7 @@ $(TESTS): $(STAMP)
 install: $(STAMP)
 
 ## make demo: SAO against GRPO on the style-drift scenario, one seed (tiny model, CPU, minutes); its tables and
-## plot go to runs/demo/, so the committed three-seed leaderboards/ stay as they are
+## plot go to runs/demo/, so the committed leaderboards/ stay as they are
 demo: $(STAMP)
 	$(BIN)/sao-env compare --env style-drift --agents sao,grpo --seeds 0 --leaderboard-dir runs/demo
 

@@ -1,6 +1,6 @@
 """How large is a real inference engine's rollout/trainer mismatch, next to the simulated ones?
 
-The stress map (issue 21) perturbs the rollout copy with ``agent.runtime.rollout_mismatch``
+The stress map (leaderboards/stress/) perturbs the rollout copy with ``agent.runtime.rollout_mismatch``
 (``sao_env/policy/mismatch.py``): ``bf16_weights`` or ``logit_noise`` at sigma 0.1. This bench puts a
 number beside them: the same warm-started style-drift policy scores the same sampled episodes on a
 GPU the way an engine would (float32 with and without TF32 matrix products, bfloat16 and float16

@@ -1,6 +1,6 @@
 """Runs per core-hour of a fixed mix of runs, today's code against an older commit, side by side.
 
-The mix (issue #24): style-drift sao and grpo, tool-drift sao, codebase-drift grpo, at seeds
+The mix: style-drift sao and grpo, tool-drift sao, codebase-drift grpo, at seeds
 0..N-1 (4 by default). Each tree makes each (scenario, recipe) as a user would, one
 ``sao-env compare --jobs 1`` process over the seeds, in a fresh run folder; the two trees alternate
 item by item (base, new, base, new, ...) so that a change of the machine's load falls on both.

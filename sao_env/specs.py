@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, did_you_mean
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SPEC_KINDS = ("envs", "agents", "evals")
@@ -42,7 +42,7 @@ def find_spec(kind: str, name_or_path: str) -> Path:
         if candidate.is_file():
             return candidate
     known = ", ".join(available(kind)) or "none"
-    raise UserError(f"unknown {kind[:-1]} {name_or_path!r}; known: {known}")
+    raise UserError(f"unknown {kind[:-1]} {name_or_path!r}{did_you_mean(name_or_path, available(kind))}; known: {known}")
 
 
 MAX_SPEC_BYTES = 1 << 20

@@ -1,6 +1,6 @@
 """Hyper-parameter sweeps: a grid of overrides on a stated cut of a scenario, every trial x seed a run.
 
-A sweep is the tuning budget of one recipe on one scenario (issue #10, "equal tuning budgets"):
+A sweep is the tuning budget of one recipe on one scenario (equal tuning budgets, docs/leaderboard.md):
 
 - the *cut* is a list of overrides applied to every trial (a shorter scenario, e.g.
   ``env.phases.0.duration_h=0.25``), stated in the table so the same cut can be given to every recipe;

@@ -7,7 +7,7 @@ Per update (episodes as they complete, ``episodes_per_update`` at a time), exact
 and an actor step on the PPO clip loss (clip-higher 0.2/0.28 by default) against the rollout
 log-probs. Same critic, same advantages, another loss: VAPO - SAO isolates what DIS adds.
 
-Until issue 20 VAPO computed its advantages on the values *after* the critic's K steps, so the
+Before SAO and VAPO shared one critic pipeline, VAPO computed its advantages on the values *after* the critic's K steps, so the
 comparison changed two things at once; ``advantage_values: after_fit`` keeps that order.
 """
 

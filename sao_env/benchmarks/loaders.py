@@ -58,7 +58,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 def read_csv_rows(text: str, *, source: str = "CSV") -> tuple[list[dict[str, str]], list[str]]:
     """Rows of a CSV with a header, repairing records split wrongly by a stray quote.
 
-    The known fault (IMO-AnswerBench v2, row imo-bench-algebra-036; superhuman issue #13): the
+    The known fault (IMO-AnswerBench v2, row imo-bench-algebra-036; reported upstream): the
     quote closing a multi-line Problem is missing, so the Problem swallows ``,"<answer>"`` and the
     record comes out one field short (the answer lost, Category read as the answer). Such a record
     is repaired by splitting the long field at its last comma that follows a newline (else its last

@@ -33,15 +33,21 @@ def _print_version(value: bool) -> None:
         from sao_env import __version__
         from sao_env.provenance import code_key, code_version
 
-        key = code_key(code_version())
-        typer.echo(f"sao-env {__version__}" + (f" ({key})" if not key.startswith("sao-env==") else ""))
+        code = code_version()
+        key = code_key(code)
+        parts = []
+        if code.get("git_commit"):
+            parts.append(f"commit {code['git_commit'][:12]}" + (" with uncommitted changes" if code.get("dirty") else ""))
+        if not key.startswith("sao-env=="):
+            parts.append(f"code {key}")
+        typer.echo(f"sao-env {__version__}" + (f" ({', '.join(parts)})" if parts else ""))
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version (and the git commit of a checkout) and exit."),
+                                 help="Print the version, the git commit of a checkout (and whether it has uncommitted changes) and the code key runs record, and exit."),
 ) -> None:
     """Drifting environments, asynchronous RL agents (SAO, GRPO, ...) and benchmark evaluation."""
 

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sao_env.agents import ALGORITHMS, Agent
-from sao_env.errors import UserError
+from sao_env.errors import UserError, did_you_mean
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
 from sao_env.runtime.sim import RuntimeSpec
@@ -67,8 +67,31 @@ def resolve_config(env: str, agent: str, seed: int = 0, overrides: list[str] | t
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"invalid configuration at {where}: {first['msg']}") from None
+        hint = ""
+        if first["type"] == "extra_forbidden" and first["loc"]:
+            hint = did_you_mean(first["loc"][-1], _fields_at(RunConfig, first["loc"][:-1]))
+        raise UserError(f"invalid configuration at {where}: {first['msg']}{hint}") from None
     return config
+
+
+def _fields_at(model: Any, loc: tuple) -> list[str]:
+    """The field names of the pydantic model found at ``loc`` under ``model`` (list items skipped); none
+    where the path leaves the models."""
+    import typing
+
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = field.annotation
+        for _ in range(3):  # list[X], X | None
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                break
+            args = [a for a in typing.get_args(model) if a is not type(None)]
+            model = args[0] if args else None
+    return list(getattr(model, "model_fields", {}))
 
 
 def apply_override(raw: dict, item: str) -> None:
@@ -85,7 +108,9 @@ def apply_override(raw: dict, item: str) -> None:
                 raise UserError(f"unknown override key {key!r}: no item {part} in {'.'.join(parts[:i]) or 'config'}")
             part = int(part)
         elif not isinstance(node, dict) or (part not in node and not _may_add(parts[:i], part)):
-            raise UserError(f"unknown override key {key!r}")
+            known = [*(node if isinstance(node, dict) else ()), *_fields_at(RunConfig, tuple(
+                int(p) if p.isdigit() else p for p in parts[:i]))]
+            raise UserError(f"unknown override key {key!r}{did_you_mean(part, known)}")
         if last:
             node[part] = yaml.safe_load(value)
         else:
@@ -111,13 +136,17 @@ def _may_add(path: list[str], part: str) -> bool:
 
 def build_agent_config(recipe: AgentRecipe):
     if recipe.algorithm not in ALGORITHMS:
-        raise UserError(f"unknown algorithm {recipe.algorithm!r} in recipe {recipe.name!r}; known: {', '.join(ALGORITHMS)}")
+        raise UserError(f"unknown algorithm {recipe.algorithm!r} in recipe {recipe.name!r}"
+                        f"{did_you_mean(recipe.algorithm, ALGORITHMS)}; known: {', '.join(ALGORITHMS)}")
     try:
         return ALGORITHMS[recipe.algorithm].config_cls(**recipe.hparams)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise UserError(f"invalid configuration at agent.hparams.{where}: {first['msg']}") from None
+        hint = ""
+        if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:
+            hint = did_you_mean(first["loc"][0], ALGORITHMS[recipe.algorithm].config_cls.model_fields)
+        raise UserError(f"invalid configuration at agent.hparams.{where}: {first['msg']}{hint}") from None
 
 
 def build_agent(config: RunConfig, scenario: Scenario, *, show_progress: bool = True) -> Agent:

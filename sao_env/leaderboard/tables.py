@@ -448,6 +448,44 @@ def budget_words(facts: dict) -> str:
             f"evaluation every {_num(facts.get('eval_interval_h'))} h")
 
 
+def shared_overrides(records: list[dict]) -> list[str]:
+    """The overrides every row was run with (a cut of the scenario that all rows share), in the first
+    row's order; none unless there are several rows, each with its overrides recorded and labelled by
+    them (``_label``, as recorded or already without the shared ones)."""
+    if len({r.get("label") for r in records}) < 2:
+        return []
+    items = [[x for x in str(r.get("overrides") or "").split("; ") if x] for r in records]
+    if any(str(r.get("overrides")) == UNKNOWN for r in records) or not all(items):
+        return []
+    shared = [x for x in dict.fromkeys(items[0]) if all(x in mine for mine in items[1:])]
+    if not shared:
+        return []
+    for r, mine in zip(records, items):
+        recipe = str(r.get("recipe") or r.get("agent"))
+        if r.get("label") not in (_label(recipe, "; ".join(mine)), _label(recipe, "; ".join(x for x in mine if x not in shared))):
+            return []
+    return shared
+
+
+def factor_shared(records: list[dict], curves: list[tuple[str, Any, float, float]]):
+    """``(records, curves, shared)``: the overrides every row shares (``shared_overrides``) left out of
+    the labels (``sao (env.phases.0.duration_h=0.02; ...)`` -> ``sao``), so that a board, its pairs and
+    its legend name what differs and a note says what all rows share. Unchanged where nothing is shared
+    or where leaving it out would give two rows one label."""
+    shared = shared_overrides(records)
+    if not shared:
+        return records, curves, []
+    renamed = {}
+    for r in records:
+        rest = "; ".join(x for x in str(r["overrides"]).split("; ") if x and x not in shared)
+        renamed[r["label"]] = _label(str(r.get("recipe") or r.get("agent")), rest)
+    if len(set(renamed.values())) != len(renamed):
+        return records, curves, []
+    records = [r | {"label": renamed[r["label"]]} for r in records]
+    curves = [(renamed.get(c[0], c[0]), *c[1:]) for c in curves]
+    return records, curves, shared
+
+
 def board_from_records(env: str, records: list[dict], curves: list[tuple[str, Any, float, float]],
                        *, source: str) -> ScenarioBoard:
     """A scenario's board from per-seed records and curve points ``(label, seed, hours, accuracy)``.
@@ -455,8 +493,10 @@ def board_from_records(env: str, records: list[dict], curves: list[tuple[str, An
     A board ranks one budget (docs/leaderboard.md): rows are grouped by ``budget_key``; the board
     is the group at the scenario file's budget when there is one, else the largest group (the
     first of equal ones), and every other group is a board of its own in ``apart`` (ordered by
-    budget), ranked apart and named in a note."""
+    budget), ranked apart and named in a note. Overrides that every row shares are left out of the
+    labels and said once, in a note (``factor_shared``)."""
     distinct_labels(records)
+    records, curves, shared = factor_shared(records, curves)
     known = [r for r in records if any(c in r for c in FACT_COLUMNS)]
     groups: dict[tuple[str, ...], list[dict]] = {}
     for r in records:
@@ -479,6 +519,9 @@ def board_from_records(env: str, records: list[dict], curves: list[tuple[str, An
         main.notes.append("Rows at another budget are not ranked with these: "
                           + "; ".join(f"{', '.join(map(str, b.frame['label']))} ({budget_words(b.facts)})"
                                       for b in main.apart) + ", each in its own table below.")
+    if shared:
+        main.notes.append(f"Every row was run with {'; '.join(shared)} (shared by all rows, so left out of their "
+                          "labels; the per-seed table's overrides column keeps each run's whole list).")
     if main.full_budget is False:
         main.notes.append(f"Not the budget of envs/{env}.yaml ({budget_words(dict(zip(FACT_COLUMNS, spec)))}): "
                           "a cut of the scenario; the cross-scenario summary lists it apart from full-budget boards.")
