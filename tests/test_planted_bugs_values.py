@@ -10,7 +10,8 @@ and was checked against a copy of the package with its bug planted (the test fai
 * the grid's ``test: t`` not passed to the aggregate: ``test_a_t_test_grid_writes_t_test_p_values``;
 * ``\\}`` inside a box read as the box's end: ``test_escaped_braces_stay_inside_the_box``;
 * a phase's mixture weights ignored: ``test_a_phase_draws_its_sources_by_weight``;
-* the simulated latency losing a term: ``test_each_episode_lasts_prefill_plus_decode_plus_environment``.
+* the simulated latency losing a term: ``test_each_episode_lasts_prefill_plus_decode_plus_environment``;
+* the area under a curve summed at right endpoints: ``test_the_area_under_a_curve_is_its_trapezoid_mean``.
 """
 
 from __future__ import annotations
@@ -149,3 +150,13 @@ def test_each_episode_lasts_prefill_plus_decode_plus_environment(shrunk_config, 
         assert e.latency["env_s"] > 0
         expected = 0.0005 * prompt + 0.05 * generated + e.latency["env_s"]
         assert e.sim_end - e.sim_start == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_the_area_under_a_curve_is_its_trapezoid_mean():
+    """AUC is the curve's mean over its x range by trapezoids: (0, 0) -> (1, 1) -> (3, 0) has area
+    0.5 + 1.0 = 1.5 over a range of 3, so 0.5 (a right-endpoint sum would give 1/3, a left one 2/3)."""
+    from sao_env.evaluation.adaptation import area_under
+
+    assert area_under([(0.0, 0.0), (1.0, 1.0), (3.0, 0.0)]) == pytest.approx(0.5, abs=1e-12)
+    assert area_under([(0.0, 0.2), (2.0, 0.6)]) == pytest.approx(0.4, abs=1e-12)
+    assert math.isnan(area_under([(1.0, 0.3)]))
