@@ -257,6 +257,7 @@ def _board_rows(boards: Path) -> dict[str, list[int]]:
     return {recipe: sorted(int(s) for s in group["seed"]) for recipe, group in table.groupby("recipe")}
 
 
+@pytest.mark.slow  # three comparisons, each writing its board, plot and site: 5-10 s
 def test_compare_merges_into_the_scenarios_earlier_board(finished_runs, tmp_path, capsys):
     boards = tmp_path / "boards"
     _compare(finished_runs, boards, ",".join(AGENTS), capsys)
