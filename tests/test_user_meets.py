@@ -127,6 +127,30 @@ def test_an_unreachable_hub_reads_the_cache_only_without_retrying(monkeypatch):
     assert constants.HF_HUB_OFFLINE is False  # put back after
 
 
+def test_benchmark_rows_missing_offline_are_one_line_before_the_run_is_planned(monkeypatch, capsys, tmp_path):
+    """The hub offline and no local rows: the benchmark stream's sources are built in the quick check,
+    before torch is needed, and fail in one line (no retries, no run planned)."""
+    import datasets
+    from huggingface_hub import constants
+
+    import sao_env.experiment
+
+    monkeypatch.delenv("SAO_ENV_DATA", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(sao_env.experiment, "plan_run", lambda *a, **k: pytest.fail("the run was planned"))
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'ByteDance-Seed/BeyondAIME' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert main(["run", "--env", "benchmark-stream", "--agent", "sao", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sao-env: error: cannot reach the Hugging Face hub for "
+                                               "ByteDance-Seed/BeyondAIME (revision main; HF_HUB_OFFLINE is set")
+    assert err[0].endswith("set SAO_ENV_DATA=PATH (a folder or file holding the rows, e.g. ../shared/data) or the "
+                           "source's params.data")
+
+
 # ----------------------------------------------------------------------------- stdout
 
 
