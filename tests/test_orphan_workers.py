@@ -115,14 +115,14 @@ def test_a_killed_grid_leaves_no_worker_and_its_finished_runs_reach_the_ledger(t
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     runs, out = tmp_path / "runs", tmp_path / "out"
-    args = ["grid", str(path), "--out", str(out), "--runs-dir", str(runs)]
+    args = ["grid", str(path), "--out", str(out), "--runs-dir", str(runs), "--jobs", "2"]
     from sao_env.experiment import resolve_config
     from sao_env.policy.warmstart import load_warm_started
     from sao_env.scenario import Scenario
 
     config = resolve_config("style-drift", "grpo", 0, spec["cut"])  # the session's warm start, trained once
     load_warm_started(config.agent.model, Scenario(config.env), show_progress=False)
-    parent = subprocess.Popen([sys.executable, "-m", "sao_env.cli", *args, "--jobs", "2"], start_new_session=True,
+    parent = subprocess.Popen([sys.executable, "-m", "sao_env.cli", *args], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: any(runs.rglob("summary.json")), 300.0, "a run to finish")
@@ -134,9 +134,15 @@ def test_a_killed_grid_leaves_no_worker_and_its_finished_runs_reach_the_ledger(t
     assert _kill_and_watch(parent, workers) < 5.0
     finished = {p.parent for p in runs.rglob("summary.json")}
     assert 1 <= len(finished) < 4
-    again = subprocess.run([sys.executable, "-m", "sao_env.cli", *args, "--jobs", "1"], capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
-    assert f"reusing {len(finished)} of 4 runs" in again.stderr
+    # Run again with the code the killed grid recorded (others may edit the package meanwhile, and the code
+    # decides reuse): the finished runs are reused from their directories, the others made.
+    from sao_env.grid import LEDGER, Ledger, load_grid, plan_grid, run_grid
+
+    code = json.loads((next(iter(finished)) / "summary.json").read_text())["provenance"]["code"]
+    grid = plan_grid(load_grid(path), source=path, runs_dir=runs)
+    report = run_grid(grid, jobs=1, code=code, ledger=Ledger(out / LEDGER))
+    assert {r.plan.out.resolve() for r in report.reused} == {p.resolve() for p in finished}
+    assert len(report.made) == 4 - len(finished)
     ledger = [json.loads(line) for line in (out / "finished.jsonl").read_text().splitlines()]
     assert len(ledger) == 4 and len({e["config_hash"] for e in ledger}) == 4
     assert {Path(e["row"]["run_dir"]).resolve() for e in ledger} >= {p.resolve() for p in finished}
