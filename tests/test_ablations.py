@@ -362,26 +362,36 @@ def test_build_agent_pretrains_only_when_asked(warm, shrunk_config):
 # -- the ablation grid ------------------------------------------------------------------------------
 
 
+SAO_AS_MADE = GRID.parents[1] / "recipes" / "sao.yaml"
+"""The SAO recipe the ablation board was made with (critic at the actor's lr), kept beside the maps."""
+
+
 def grid_rows() -> list[dict]:
-    return yaml.safe_load(GRID.read_text())["rows"]
+    """The grid's rows, a recipe path resolved beside the grid file as ``load_grid`` does."""
+    rows = yaml.safe_load(GRID.read_text())["rows"]
+    for row in rows:
+        if row["agent"].endswith(".yaml"):
+            row["agent"] = str(GRID.parent / row["agent"])
+    return rows
 
 
 def test_grid_labels_are_unique_and_cover_the_issue():
     spec = yaml.safe_load(GRID.read_text())
     labels = [r["label"] for r in spec["rows"]]
     assert len(labels) == len(set(labels))
-    assert spec["baseline"] == "sao" and spec["rows"][0] == {"label": "sao", "agent": "sao", "overrides": []}
+    assert spec["baseline"] == "sao" and spec["rows"][0] == {"label": "sao", "agent": "../recipes/sao.yaml", "overrides": []}
     assert set(spec["scenarios"]) == {"style-drift", "tool-drift"} and len(spec["seeds"]) >= 10
     assert len(labels) == 15
 
 
 @pytest.mark.parametrize("env", ["style-drift", "tool-drift"])
 def test_every_grid_row_resolves_and_changes_only_what_it_says(env):
-    sao = expand_config(resolve_config(env, "sao"))["agent"]["hparams"]
+    sao = expand_config(resolve_config(env, str(SAO_AS_MADE)))["agent"]["hparams"]
+    assert sao["critic_lr"] == sao["lr"] == 1e-4
     for row in grid_rows():
         config = resolve_config(env, row["agent"], 0, row["overrides"])
         hparams = build_agent_config(config.agent).model_dump(mode="json")
-        if row["agent"] != "sao":
+        if row["agent"] != str(SAO_AS_MADE):
             continue
         named = {key.removeprefix("agent.hparams."): yaml.safe_load(value)
                  for key, value in (o.split("=", 1) for o in row["overrides"])}

@@ -126,7 +126,7 @@ class SAOAgent(Agent):
         ``critic/value_error_first_token`` and ``critic/explained_variance_prefit/<class>`` where the tasks
         carry a hidden difficulty class."""
         _, returns = gae(batch.rewards_BT, values_BT, batch.mask_BT, gamma=self.config.gamma, lam=1.0)
-        classes = [e.task.metadata.get("difficulty_class") for e in episodes]
+        classes = [(e.task.metadata if e.task is not None else {}).get("difficulty_class") for e in episodes]
         found = value_diagnostics(values_BT, returns, batch.mask_BT,
                                   classes if any(c is not None for c in classes) else None)
         prefit = lambda k: k.replace("explained_variance", "explained_variance_prefit", 1) if (  # noqa: E731
