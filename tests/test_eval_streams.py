@@ -79,3 +79,23 @@ def test_the_evaluation_noise_of_an_auc_by_hand():
     expected = (0.125 ** 2 * 0.21 + 0.25 ** 2 * 0.25 + 0.375 ** 2 * 0.09 + 0.25 ** 2 * 0.16) / 32
     assert auc_eval_sd([(0, 0.3), (1, 0.5), (2, 0.9), (4, 0.8)], 32) == pytest.approx(expected ** 0.5, rel=1e-12)
     assert math.isnan(auc_eval_sd([(0, 0.3)], 64))
+
+
+def test_the_summary_names_boards_made_by_other_code_or_evaluation(tmp_path):
+    from pathlib import Path
+
+    import pandas as pd
+
+    from sao_env.leaderboard.summary import summary_markdown
+
+    runs = pd.read_csv(Path(__file__).resolve().parents[1] / "leaderboards" / "style-drift-runs.csv")
+    runs["code_version"], runs["eval_version"] = "src.aaaaaaaaaaaa", 2
+    runs.to_csv(tmp_path / "style-drift-runs.csv", index=False)
+    other = runs.assign(env="topic-drift", code_version="src.bbbbbbbbbbbb").drop(columns=["eval_version"])
+    other.to_csv(tmp_path / "topic-drift-runs.csv", index=False)
+    text = summary_markdown(tmp_path)
+    assert "**The boards were made by different code**" in text
+    assert ("style-drift by src.aaaaaaaaaaaa, evaluation version 2; topic-drift by src.bbbbbbbbbbbb, evaluation "
+            "version 1.") in text
+    other.assign(code_version="src.aaaaaaaaaaaa", eval_version=2).to_csv(tmp_path / "topic-drift-runs.csv", index=False)
+    assert "made by different code" not in summary_markdown(tmp_path)

@@ -30,7 +30,8 @@ import pandas as pd
 from sao_env.errors import UserError
 from sao_env.leaderboard import tables
 from sao_env.leaderboard.stats import ALPHA, POWER, format_mde, format_rank, min_seeds, rank_ranges, smallest_p
-from sao_env.leaderboard.tables import NO_COLLAPSE, REFERENCE, SORT_KEY, ScenarioBoard, column_format, finite_float
+from sao_env.leaderboard.tables import (NO_COLLAPSE, REFERENCE, SORT_KEY, UNKNOWN, ScenarioBoard, code_versions,
+                                       column_format, eval_versions, finite_float)
 
 METRICS = ("online_reward", "auc")
 """The metrics summarised across scenarios, in this order (docs/metrics.md)."""
@@ -365,6 +366,22 @@ def grid_lines(folder: Path) -> list[str]:
     return lines + [""]
 
 
+def made_by_line(boards: list[ScenarioBoard]) -> str:
+    """Where the boards were made by different code or evaluation versions, a sentence naming each
+    board's (a recipe's row can then hold different recipe files across scenarios); empty otherwise."""
+    made = {}
+    for board in boards:
+        runs = board.records
+        codes = code_versions([board])
+        evals = eval_versions(runs["eval_version"]) if runs is not None and "eval_version" in runs else [1]
+        made[board.env] = (", ".join(codes) or UNKNOWN, "/".join(map(str, evals)))
+    if len({code for code, _ in made.values()}) <= 1 and len({ev for _, ev in made.values()}) <= 1:
+        return ""
+    return ("**The boards were made by different code** (a recipe's row may be another version of its recipe file "
+            "from one scenario to the next; each board names its own): "
+            + "; ".join(f"{env} by {code}, evaluation version {ev}" for env, (code, ev) in made.items()) + ".")
+
+
 def summary_markdown(folder: Path) -> str:
     """The whole README.md of a leaderboard folder (see the module doc)."""
     boards = per_seed_boards(folder)
@@ -376,6 +393,9 @@ def summary_markdown(folder: Path) -> str:
              f"({', '.join(f'`{b.env}-runs.csv`' for b in boards)}); any row can be re-run from its scenario, recipe, "
              "overrides and seed and compared. The rule (same scenario, simulated time and rollout slots for every "
              "recipe) is docs/leaderboard.md; the site `index.html` shows the same tables.", ""]
+    made_by = made_by_line(boards)
+    if made_by:
+        lines += [made_by, ""]
     if ranked:
         for metric in summary_metrics(ranked):
             lines += metric_table(ranked, metric)
