@@ -89,7 +89,7 @@ def _dry(capsys, argv) -> dict[str, tuple[str, str]]:
     plan = {}
     for line in out.splitlines():
         action, path, why = line.split(None, 2)
-        if action != "write":  # the board folder and files, not a run
+        if action not in ("write", "merge"):  # the board folder and files, not a run
             plan[path] = (action, why)
     return plan
 
@@ -117,7 +117,9 @@ def test_compare_reuses_only_finished_runs_of_the_same_configuration_and_code(ca
     capsys.readouterr()
     new = json.loads((changed.out / "summary.json").read_text())
     assert load_run_config(changed.out).agent.hparams["lr"] == 3e-5
-    (row,) = _rows(boards / "style-drift.csv")
+    rows = {r["agent"]: r for r in _rows(boards / "style-drift.csv")}
+    assert set(rows) == {first.label, changed.label}  # the earlier row stays: its run directory holds its run
+    row = rows[changed.label]
     assert row["agent"] == changed.label
     assert float(row["online_reward"]) == pytest.approx(new["online_reward"], rel=1e-4)  # the table rounds
 

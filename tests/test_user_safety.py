@@ -5,6 +5,7 @@ the small rough edges (eval of a missing path, strict JSON, full names, plot leg
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,11 @@ def test_compare_dry_run_names_the_board_folder_and_files(capsys, tmp_path):
     last = capsys.readouterr().out.splitlines()[-1]
     assert last == f"write  {runs / 'leaderboards'}  {BOARD_FILES}"
     assert main([*argv, "--leaderboard-dir", "leaderboards"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f"write  leaderboards  {BOARD_FILES}"
+    lines = capsys.readouterr().out.splitlines()
+    # the committed board's runs have no run directory here: a compare into it would drop them, and says so
+    assert lines[-2] == f"write  leaderboards  {BOARD_FILES}"
+    assert re.fullmatch(r"merge  leaderboards/style-drift\.md  keeps no run of the earlier board; drops \d+ runs "
+                        r"\(.*\) \(no finished run directory\)", lines[-1]), lines[-1]
 
 
 def test_leaderboard_rebuild_writes_under_runs_by_default(capsys, tmp_path, monkeypatch):
@@ -241,8 +246,7 @@ def test_run_prints_strict_json_and_its_plot_names_the_overrides(capsys, tmp_pat
     out = tmp_path / "run"
     overrides = [*SHRINK, "agent.hparams.lr=3e-5"]
     assert main(["run", "--agent", "running_mean", "--out", str(out), *overrides]) == 0
-    err = capsys.readouterr().err.splitlines()
-    printed = "\n".join(err[err.index("{"):])
+    printed = capsys.readouterr().out  # the summary alone on stdout, progress on stderr
 
     def refuse(constant):
         raise ValueError(f"non-standard JSON constant {constant}")
