@@ -27,7 +27,7 @@ RAY_FAST = ("agent.runtime.time_scale=0.1",)
 def ray_cluster():
     """A local Ray cluster of 2 CPUs for this module's tests (the backend joins it instead of starting one)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not another test's cluster
     yield ray
     ray.shutdown()
 

@@ -92,7 +92,7 @@ class RayWorkers:
                 self.reaper = Reaper()
             main = threading.current_thread() is threading.main_thread()
             sigterm = signal.getsignal(signal.SIGTERM) if main else None
-            ray.init(address=spec.address, **options)
+            ray.init(address=spec.address or "local", **options)  # none: a new local instance, not a running one
             if main:
                 signal.signal(signal.SIGTERM, sigterm)
         gpus = ray.cluster_resources().get("GPU", 0)
