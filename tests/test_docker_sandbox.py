@@ -9,7 +9,6 @@ with one line saying why.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -18,28 +17,10 @@ import time
 
 import pytest
 
-from sao_env.errors import UserError
-from sao_env.sandbox.docker_exec import LABEL, OWNER, engine_problem
+from docker_support import built_image, require_engine  # noqa: E402
+from sao_env.sandbox.docker_exec import LABEL, OWNER
 
-PROBLEM = engine_problem()
-if PROBLEM is not None:
-    if os.environ.get("SAO_ENV_DOCKER") == "1":
-        pytest.fail(f"an engine was expected (SAO_ENV_DOCKER=1) but none answers: {PROBLEM}", pytrace=False)
-    pytest.skip(f"no Docker engine reachable ({PROBLEM}); make test starts one as root on Debian",
-                allow_module_level=True)
-
-
-def built_image() -> str:
-    """The sandbox image's tag; where it cannot be built here (no mmdebstrap) the tests skip with the
-    reason, unless an engine and the image were expected (SAO_ENV_DOCKER=1)."""
-    from sao_env.sandbox.images import ensure_image
-
-    try:
-        return ensure_image()
-    except UserError as err:
-        if os.environ.get("SAO_ENV_DOCKER") == "1":
-            raise
-        pytest.skip(f"the sandbox image cannot be built here: {err}")
+require_engine()
 
 from sao_env.envs.base import make_task_env  # noqa: E402
 from sao_env.sandbox import Limits, LocalExecutor, docker_sandbox  # noqa: E402

@@ -7,33 +7,14 @@ report. The one step of SWE-bench Verified these tests do not run is the registr
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from sao_env.errors import UserError
-from sao_env.sandbox.docker_exec import engine_problem
+from docker_support import built_image, require_engine  # noqa: E402
 
 pytest.importorskip("swebench.harness.run_evaluation", reason="the optional swebench extra (4.x) is not installed")
-PROBLEM = engine_problem()
-if PROBLEM is not None:
-    if os.environ.get("SAO_ENV_DOCKER") == "1":
-        pytest.fail(f"an engine was expected (SAO_ENV_DOCKER=1) but none answers: {PROBLEM}", pytrace=False)
-    pytest.skip(f"no Docker engine reachable ({PROBLEM}); make test starts one as root on Debian",
-                allow_module_level=True)
-
-
-def built_image() -> str:
-    """The sandbox image's tag; where it cannot be built here (no mmdebstrap) the tests skip with the
-    reason, unless an engine and the image were expected (SAO_ENV_DOCKER=1)."""
-    from sao_env.sandbox.images import ensure_image
-
-    try:
-        return ensure_image()
-    except UserError as err:
-        if os.environ.get("SAO_ENV_DOCKER") == "1":
-            raise
-        pytest.skip(f"the sandbox image cannot be built here: {err}")
+require_engine()
 
 from sao_env.benchmarks import swebench as sb  # noqa: E402
 from sao_env.sandbox.images import client  # noqa: E402
