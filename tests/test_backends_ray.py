@@ -56,8 +56,11 @@ def test_ray_worker_killed_mid_batch_is_replaced_and_loses_no_episode(ray_cluste
     class RecordingRuntime(RayRuntime):
         workers_class = RecordingWorkers
 
-    # 0.3 wall seconds per scenario second (32 s): time for the replacement actor to start and replay the batch.
-    config = shrunk_config("grpo", 0, ("agent.runtime.backend=ray", "agent.runtime.workers=2", "agent.runtime.time_scale=0.3"))
+    # 0.3 wall seconds per scenario second: time for the replacement actor to start and replay the batch. Phases of
+    # 18 s (54 scenario seconds, 16 s of wall clock): the kill comes after the first update (about 12 s in), and the
+    # run's end waits for a worker's play to return, so a replay still under way at the end finishes all the same.
+    config = shrunk_config("grpo", 0, ("agent.runtime.backend=ray", "agent.runtime.workers=2", "agent.runtime.time_scale=0.3",
+                                       *(f"env.phases.{i}.duration_h=0.005" for i in range(3))))
     scenario = Scenario(config.env)
     agent = build_agent(config, scenario, show_progress=False)
     episodes, records = [], []
