@@ -6,9 +6,7 @@ consistent; the killed driver's Ray processes do not outlive it.
 Each backend is run once (module fixture): ``sao-env run`` as its own process on the shrunken
 style-drift scenario at ``time_scale`` 0.05 (108 scenario seconds, about 5 s of wall clock),
 checkpointing every 2 updates, SIGKILLed once it has logged an update past the scenario's middle,
-then resumed by a second process. The two backends' runs go at once, each from a thread of the
-fixture (they mostly wait: on the scaled clock, on Ray's start), and each backend's tests see its own
-result or the error it raised.
+then resumed by a second process.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -85,8 +81,13 @@ def warm(sao_env_cache):
     load_warm_started(config.agent.model, Scenario(config.env), show_progress=False)
 
 
-def _kill_and_resume(backend: str, tmp: Path) -> dict:
+@pytest.fixture(scope="module", params=["threads", "ray"])
+def resumed(request, warm, tmp_path_factory):
     """Kill a run past its middle with SIGKILL, resume it; what both processes left behind."""
+    backend = request.param
+    if backend == "ray":
+        pytest.importorskip("ray")
+    tmp = tmp_path_factory.mktemp(f"resume-{backend}")
     out, argv = tmp / "run", _argv(tmp / "run", backend)
     with (tmp / "killed.err").open("w") as err:
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
@@ -123,23 +124,6 @@ def _kill_and_resume(backend: str, tmp: Path) -> dict:
     assert resume.returncode == 0, resume.stderr
     return {"backend": backend, "out": out, "state": state, "killed": killed, "stderr": resume.stderr,
             "tree": tree, "survived": survived, "lingering": lingering}
-
-
-@pytest.fixture(scope="module")
-def runs(warm, tmp_path_factory):
-    """Both backends' kill-and-resume at once (ray where it is installed): backend -> its future."""
-    backends = ["threads", *(["ray"] if find_spec("ray") else [])]
-    folders = {backend: tmp_path_factory.mktemp(f"resume-{backend}") for backend in backends}
-    with ThreadPoolExecutor(len(backends)) as pool:
-        return {backend: pool.submit(_kill_and_resume, backend, folders[backend]) for backend in backends}
-
-
-@pytest.fixture(scope="module", params=["threads", "ray"])
-def resumed(request, runs):
-    """One backend's result (its failure raised here, in its own tests)."""
-    if request.param == "ray":
-        pytest.importorskip("ray")
-    return runs[request.param].result()
 
 
 def test_the_resumed_run_keeps_what_was_written_up_to_its_checkpoint(resumed):
