@@ -184,8 +184,8 @@ SCENARIO_SHRINK: dict[str, tuple[str, ...]] = {
 warm start: enough for the runtime, the envs and the learner to run end to end (not to learn).
 
 codebase-drift's warm start is 80 steps of 2 demonstrations (its demonstrations are long: 80 of 8 was
-most of the test's minute): measured, 18 of its 25 episodes still begin with ``view`` (80 of 4: 24 of
-27; 40 of 8: none, the test's check fails), and 2 evaluation prompts a phase instead of 4."""
+most of the test's minute): measured, 18 of its 25 episodes still pass the test's view-or-edit check
+(80 of 4: 24 of 27; 40 of 8: none, the check fails), and 2 evaluation prompts a phase instead of 4."""
 
 
 def load_bench(name: str):
