@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterable, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import ConfigDict, Field, field_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.algos import masked_mean
+from sao_env.config_dump import OmitDefaults
 from sao_env.errors import UserError
 from sao_env.policy.generate import sequence_logprobs
 from sao_env.policy.lean import enable_checkpointing
@@ -28,7 +29,7 @@ MAX_LR = 1e6
 diverges at its first step, and past float32's range (3.4e38) the optimizer cannot take the step at all."""
 
 
-class AgentConfig(BaseModel):
+class AgentConfig(OmitDefaults):
     """Hyper-parameters common to every agent (each algorithm adds its own); unknown keys, infinite
     and NaN numbers are errors."""
 
@@ -59,14 +60,6 @@ class AgentConfig(BaseModel):
     """Keys left out of the dump while they hold their defaults: configurations written before they existed
     keep their hashes."""
 
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in self.omit_at_default:
-                if key in data and getattr(self, key) == type(self).model_fields[key].default:
-                    data.pop(key)
-        return data
 
     @field_validator("adam_betas")
     @classmethod

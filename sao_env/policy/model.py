@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import ConfigDict, Field, field_validator
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -25,6 +25,7 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+from sao_env.config_dump import OmitDefaults
 from sao_env.policy.tokenizer import build_char_tokenizer
 
 transformers_logging.disable_progress_bar()  # the harness draws its own bars; per-file load/save bars only interleave
@@ -33,7 +34,7 @@ GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 TINY_ARCHITECTURES = {"tiny-qwen2": Qwen2Config, "tiny-llama": LlamaConfig}
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(OmitDefaults):
     """Which policy to train: a tiny model built from config, or a Hugging Face id/path."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
@@ -78,14 +79,6 @@ class ModelSpec(BaseModel):
             raise ValueError(f"unknown device {name!r}; use cpu, auto, cuda, cuda:N or mps")
         return name
 
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in self.omit_at_default:
-                if key in data and getattr(self, key) == type(self).model_fields[key].default:
-                    data.pop(key)
-        return data
 
     @property
     def is_tiny(self) -> bool:

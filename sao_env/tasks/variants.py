@@ -28,8 +28,9 @@ import json
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import Field
 
+from sao_env.config_dump import OmitDefaults
 from sao_env.types import Task
 
 MAX_POOL_TRIES = 100
@@ -37,7 +38,7 @@ MAX_POOL_TRIES = 100
 distinct prompts than the pool asks for is an error rather than an endless loop."""
 
 
-class SourceParams(BaseModel):
+class SourceParams(OmitDefaults):
     """Base of a procedural source's parameters: the pool and class keys (module docstring); keys named
     in ``omit_at_default`` are dropped from the dump while they hold their defaults."""
 
@@ -50,15 +51,6 @@ class SourceParams(BaseModel):
     difficulty_class: str | None = Field(None, min_length=1)
     """Hidden difficulty class stamped on every task (``metadata["difficulty_class"]``)."""
 
-    @model_serializer(mode="wrap")
-    def _omit_defaults(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in self.omit_at_default:
-                field = type(self).model_fields.get(key)
-                if field is not None and key in data and getattr(self, key) == field.default:
-                    data.pop(key)
-        return data
 
 
 def variant_active(params: Any) -> bool:
