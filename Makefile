@@ -63,7 +63,8 @@ demo: $(STAMP)
 
 ## make test: the whole test suite, one worker per core (pytest-xdist; a file's tests share a worker).
 ## One worker more than the cores was tried (the real-time tests wait on the clock): on 2 cores 510 s once and
-## 756 s once against 613 s with 2; 4 workers 780 s (Ray's start-up starves). Too variable to adopt.
+## 756 s once against 613 s with 2; 4 workers 780 s (Ray's start-up starves); measured again idle, 560 s against 568 s
+## with 2, for 13 % more CPU. Too variable, and too small, to adopt.
 WORKERS := auto
 test: $(TESTS)
 	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
