@@ -146,3 +146,66 @@ def test_a_killed_grid_leaves_no_worker_and_its_finished_runs_reach_the_ledger(t
     ledger = [json.loads(line) for line in (out / "finished.jsonl").read_text().splitlines()]
     assert len(ledger) == 4 and len({e["config_hash"] for e in ledger}) == 4
     assert {Path(e["row"]["run_dir"]).resolve() for e in ledger} >= {p.resolve() for p in finished}
+
+
+SIGNALLED_RUNS = r"""
+import os, signal, sys, time
+from pathlib import Path
+import sao_env.experiment.drivers as drivers
+from sao_env.experiment import RunInterrupted
+
+out = Path(sys.argv[1])
+
+def fake_run_plan(plan, **kwargs):
+    asked = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: asked.append(signum))  # as a sim run's ``ask_stop``
+    (out / f"started-{plan}").write_text(str(os.getpid()))
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if asked:
+            (out / f"stopped-{plan}").write_text("")
+            raise RunInterrupted("SIGTERM", f"run{plan}", f"run{plan}/checkpoint", 360.0 * (plan + 1))
+        time.sleep(0.02)
+    return {}, 60.0
+
+drivers.run_plan = fake_run_plan
+drivers._train_warm_starts = lambda *a, **k: None
+try:
+    drivers.run_many(list(range(6)), jobs=2, code={"fixed": True}, on_done=lambda *a: None)
+except RunInterrupted as err:
+    print(err, flush=True)
+    sys.exit(err.exit_code)
+except KeyboardInterrupt as err:
+    print("KeyboardInterrupt", err, flush=True)
+    sys.exit(99)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_signalled_pool_stops_its_runs_at_checkpoints_and_starts_no_queued_run(tmp_path):
+    """6 queued runs of a minute in 2 workers, SIGTERM once two have started, sent to the parent alone
+    (``kill PID``, as a scheduler does; a signal to the process group also reaches the workers, which
+    then stop on their own as well). Before, the pool waited for the runs in flight, the workers never
+    heard of the signal, and a worker that one run left started the next queued one: minutes, with
+    nothing said. Now both runs stop at their checkpoint at once, no queued run starts, the parent
+    names both and exits 143, and no worker is left."""
+    # the parent's SIGTERM handler is the one ``sao-env`` installs (``cli.app.main``)
+    script = "import signal\nfrom sao_env.cli.app import _stop\nsignal.signal(signal.SIGTERM, _stop)\n" + SIGNALLED_RUNS
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: len(list(tmp_path.glob("started-*"))) == 2, 60.0, "two runs to start")
+        workers = _children(parent.pid)
+        assert len(workers) == 2
+        parent.send_signal(signal.SIGTERM)
+        out, _ = parent.communicate(timeout=15)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert parent.returncode == 143, out
+    assert out.splitlines() == ["SIGTERM: 2 runs stopped at a checkpoint (run0 at simulated 0.100 h; "
+                                "run1 at simulated 0.200 h)"]
+    assert sorted(p.name for p in tmp_path.glob("stopped-*")) == ["stopped-0", "stopped-1"]
+    time.sleep(0.5)
+    assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
+    assert not any(_alive(w) for w in workers)

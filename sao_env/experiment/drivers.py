@@ -21,7 +21,7 @@ import torch
 
 from sao_env.experiment.files import RunBusy, RunLock
 from sao_env.experiment.plan import RunPlan, reuse_check
-from sao_env.experiment.run import run_experiment
+from sao_env.experiment.run import RunInterrupted, run_experiment
 from sao_env.forking import fork_is_safe
 from sao_env.policy.warmstart import is_cached, load_warm_started, warm_start_path
 from sao_env import provenance
@@ -56,10 +56,50 @@ def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None 
                 return MadeElsewhere(json.loads((plan.out / "summary.json").read_text())), time.perf_counter() - start
 
 
-def _init_worker(parent: int | None = None) -> None:
+_STOP: Any = None
+"""In a pool's worker: the pool's stop event (``run_many``); once set, a queued run is not started."""
+
+
+def _init_worker(parent: int | None = None, stop: Any = None) -> None:
+    global _STOP
     torch.set_num_threads(1)
+    _STOP = stop
+    if stop is not None:  # between runs a signal is the parent's to handle; during one, ``_run_in_worker`` says
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
     if parent is not None:
         _die_with_parent(parent)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _run_in_worker(plan: RunPlan, **options: Any) -> tuple[dict, float] | None:
+    """``run_plan`` in a pool's worker, or None when the pool was asked to stop before it started.
+
+    While the run lasts SIGINT and SIGTERM reach it (a ``sim`` run writes a checkpoint and raises
+    ``RunInterrupted``; a real-time run stops with KeyboardInterrupt); between runs they are ignored."""
+    if _STOP is not None and _STOP.is_set():
+        return None
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _interrupt)
+    try:
+        return run_plan(plan, **options)
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+
+class RunsInterrupted(RunInterrupted):
+    """Runs of a pool stopped by SIGINT or SIGTERM, each after writing a resume checkpoint:
+    ``(signal name, [RunInterrupted of each run])``. A ``RunInterrupted``, so that a command's
+    handler prints its one line with the command that resumes them all."""
+
+    def __str__(self) -> str:
+        runs = self.args[1]
+        where = "; ".join(f"{run.args[1]} at simulated {run.args[3] / 3600:.3f} h" for run in runs)
+        return f"{self.args[0]}: {len(runs)} run{'s' if len(runs) != 1 else ''} stopped at a checkpoint ({where})"
 
 
 def _die_with_parent(parent: int) -> None:
@@ -103,7 +143,9 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     is a single run.
 
     A run's results do not depend on where it ran. ``on_done(plan, summary, seconds)`` is called
-    in this process as each run finishes; the first failure stops the rest and is raised.
+    in this process as each run finishes; the first failure stops the rest and is raised. A signal
+    (SIGINT, SIGTERM) stops the pool in order (``_stop_pool``): the runs in flight write their
+    checkpoints and ``RunsInterrupted`` names them.
     ``on_warm_start(line)`` hears when missing warm starts are trained before the runs.
     """
     code = code or provenance.code_version()
@@ -116,18 +158,47 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
             if on_done:
                 on_done(plan, summary, seconds)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=_worker_context(),
-                             initializer=_init_worker, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(run_plan, plan, loggers=loggers, code=code, show_progress=False,
+    context = _worker_context()
+    stop = context.Event()
+    with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=context,
+                             initializer=_init_worker, initargs=(os.getpid(), stop)) as pool:
+        futures = {pool.submit(_run_in_worker, plan, loggers=loggers, code=code, show_progress=False,
                                checkpoint_every=checkpoint_every): plan for plan in plans}
         try:
             for future in as_completed(futures):
                 summary, seconds = future.result()
                 if on_done:
                     on_done(futures[future], summary, seconds)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException as err:
+            _stop_pool(pool, stop, futures, err)
             raise
+
+
+def _stop_pool(pool: ProcessPoolExecutor, stop: Any, futures: dict, err: BaseException) -> None:
+    """Stop a pool in order after ``err``: no queued run starts, the runs in flight get the signal
+    that stopped this process (SIGTERM for any other failure) even when it reached this process
+    alone (``kill PID``), and the pool is waited for: a ``sim`` run writes its checkpoint within one
+    event. When the cause was a signal and runs stopped at a checkpoint, raises ``RunsInterrupted``
+    naming them all (from ``err``)."""
+    stop.set()
+    for future in futures:
+        future.cancel()
+    name = err.signal_name if isinstance(err, RunInterrupted) else (
+        str(err.args[0]) if isinstance(err, KeyboardInterrupt) and err.args else
+        "SIGINT" if isinstance(err, KeyboardInterrupt) else "SIGTERM")
+    signum = getattr(err, "signum", None) or getattr(signal, name, signal.SIGTERM)
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            os.kill(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
+    if not isinstance(err, (KeyboardInterrupt, RunInterrupted)):
+        return
+    stopped = [f.exception() for f in futures if f.done() and not f.cancelled()
+               and isinstance(f.exception(), RunInterrupted)]
+    if stopped:
+        raise RunsInterrupted(stopped[0].signal_name, stopped) from err
 
 
 def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], None]) -> None:
@@ -151,8 +222,14 @@ def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], Non
         f"cached in {next(iter(missing)).parent}")
     with ProcessPoolExecutor(max_workers=min(jobs, len(missing)), mp_context=multiprocessing.get_context("fork"),
                              initializer=_init_worker, initargs=(os.getpid(),)) as pool:
-        for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
-            future.result()
+        try:
+            for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
+                future.result()
+        except BaseException:  # a signal or a failure: the others are not waited for (a cached warm start is whole or absent)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     say(f"warm start trained in {time.perf_counter() - start:.0f} s")
 
 
