@@ -158,3 +158,23 @@ def test_the_default_tuning_folder_is_outside_the_tracked_tree_and_dry_run_names
     assert code == 0
     assert out.splitlines()[-1] == "write  runs/leaderboards/tuning  style-drift-grpo.md, style-drift-grpo.csv"
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_stopped_by_a_signal_says_how_to_resume_and_exits_143(monkeypatch, capsys, tmp_path):
+    """Runs stopped at their checkpoints by SIGTERM (``RunsInterrupted`` from the pool) end the command
+    with one line and the sweep command that resumes it; it was a traceback and exit 1."""
+    from sao_env.experiment import RunInterrupted
+    from sao_env.experiment.drivers import RunsInterrupted
+
+    def stopped(*args, **kwargs):
+        raise RunsInterrupted("SIGTERM", [RunInterrupted("SIGTERM", "runs/a/seed0", "ckpt", 720.0)])
+
+    monkeypatch.setattr(sweep_module, "run_sweep", stopped)
+    runs = tmp_path / "runs"
+    code = main(["sweep", "--env", "style-drift", "--agent", "grpo", "--grid", "agent.hparams.lr=1e-4,2e-4",
+                 "--seeds", "0", "--runs-dir", str(runs), "--out", str(tmp_path / "t")])
+    assert code == 143
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"sao-env: SIGTERM: 1 run stopped at a checkpoint (runs/a/seed0 at simulated 0.200 h); resume with: "
+                     f"sao-env sweep --env style-drift --agent grpo --grid agent.hparams.lr=1e-4,2e-4 --seeds 0 "
+                     f"--objective auc --runs-dir {runs} --out {tmp_path / 't'}"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -51,8 +52,15 @@ def sweep(
             typer.echo(f"{'reuse' if reuse else 'run':<5}  trial {number} seed {seed}  {trial.text}  {plan.out}  {why}")
         typer.echo(f"write  {out}  {planned.name}.md, {planned.name}.csv")
         return
-    table = run_sweep(planned, jobs=jobs or _cores(), skip_existing=skip_existing,
-                      report=lambda line: console.print(line, soft_wrap=True), cluster=on_cluster)
+    from sao_env.experiment import RunInterrupted
+
+    try:
+        table = run_sweep(planned, jobs=jobs or _cores(), skip_existing=skip_existing,
+                          report=lambda line: console.print(line, soft_wrap=True), cluster=on_cluster)
+    except RunInterrupted as err:  # runs stopped by a signal at their checkpoints
+        resume = f"{sweep_command(planned, jobs)} --runs-dir {shlex.quote(str(runs_dir))} --out {shlex.quote(str(out))}"
+        console.print(f"sao-env: {err}; resume with: {resume}", soft_wrap=True, highlight=False, markup=False)
+        raise SystemExit(err.exit_code) from None
     md, csv = write_sweep(planned, table, out, command=sweep_command(planned))
     console.print(f"tuning table: {md} and {csv}")
     typer.echo(md.read_text())
