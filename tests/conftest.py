@@ -141,22 +141,38 @@ def restore_torch_threads():
 
 
 @pytest.fixture(scope="session")
-def shrunk_run(tmp_path_factory, sao_env_cache):
+def shrunk_run(sao_env_cache):
     """``shrunk_run(agent, seed=0, extra=())`` -> (run dir, summary).
 
-    Each resolved configuration runs once per session (overrides that restate a recipe's own
-    value share its run); tests must not modify the run directory.
+    Each resolved configuration runs once per session, across pytest-xdist's workers: the first worker
+    that needs it makes it in the session's shared folder under a lock (keyed by the configuration), and
+    the others read it (a ``sim`` run's bytes do not depend on the process that made it). Overrides that
+    restate a recipe's own value share its run; tests must not modify the run directory.
     """
+    import fcntl
+    import hashlib
+    import json
+    import shutil
+
     from sao_env.experiment import run_experiment
 
+    folder = sao_env_cache.parent / "shrunk-runs"
+    folder.mkdir(exist_ok=True)
     done: dict[str, tuple[Path, dict]] = {}
 
     def run(agent: str, seed: int = 0, extra: tuple[str, ...] = ()) -> tuple[Path, dict]:
         config = _shrunk_config(agent, seed, extra)
         key = config.model_dump_json()
         if key not in done:
-            out = tmp_path_factory.mktemp(f"run-{agent}-s{seed}")
-            summary = run_experiment(config, out, show_progress=False)
+            digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+            out = folder / f"run-{agent}-s{seed}-{digest}"
+            with (folder / f"{digest}.lock").open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if (out / "summary.json").is_file():
+                    summary = json.loads((out / "summary.json").read_text())
+                else:
+                    shutil.rmtree(out, ignore_errors=True)  # a run a failed test left unfinished
+                    summary = run_experiment(config, out, show_progress=False)
             done[key] = (out, summary)
         return done[key]
 
@@ -205,6 +221,36 @@ def scenario_config(env: str, agent: str, seed: int = 0, extra: tuple[str, ...] 
     from sao_env.experiment import resolve_config
 
     return resolve_config(env, agent, seed, [*SCENARIO_SHRINK[env], *shrink_overrides(agent)[len(SHRINK):], *extra])
+
+
+TIMELINE = os.environ.get("SAO_ENV_TEST_TIMELINE")
+"""A file to which each test appends one JSON line: worker, test id, start and end (epoch seconds), and
+the CPU seconds this worker process and its reaped children spent on it (``bench/bench_suite.py``)."""
+
+if TIMELINE:
+    import json
+    import resource
+    import time
+
+    def _cpu() -> tuple[float, float]:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+    def pytest_sessionstart(session):
+        _append({"event": "start", "t": time.time(), "cpu": sum(_cpu())})
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        (own, kids), start = _cpu(), time.time()
+        yield
+        (own2, kids2), end = _cpu(), time.time()
+        _append({"event": "test", "id": item.nodeid, "start": start, "end": end, "cpu": own2 - own,
+                 "children_cpu": kids2 - kids})
+
+    def _append(record: dict) -> None:
+        record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(TIMELINE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
 
 
 def pytest_collection_modifyitems(config, items):

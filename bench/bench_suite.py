@@ -1,0 +1,92 @@
+"""Where the test suite's time goes: ``make test``'s pytest command with a timeline of every test.
+
+    python bench/bench_suite.py [-- PYTEST ARGS]     (default: -q -n 2 --dist loadfile, as make test)
+
+Prints the wall time; the machine's CPU use over the run (sampled from /proc/stat each second), so that
+the seconds when a core sat idle show; each worker's start (collection) and end; per file, wall seconds
+against the CPU seconds its worker and the worker's children spent (a file that waits on a clock, a
+subprocess or Ray has far more wall than CPU); and the tail, when only one worker was still busy.
+Tests never assert times: this is where the figures in the Makefile's comments come from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def main(argv: list[str]) -> int:
+    args = argv[argv.index("--") + 1:] if "--" in argv else ["-q", "-n", "2", "--dist", "loadfile"]
+    timeline = Path(tempfile.mkdtemp(prefix="sao-suite-")) / "timeline.jsonl"
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        last = _cpu_jiffies()
+        while not done.wait(1.0):
+            now = _cpu_jiffies()
+            busy, total = now[0] - last[0], now[1] - last[1]
+            samples.append((time.time(), busy / max(total, 1) * (os.cpu_count() or 1)))
+            last = now
+
+    threading.Thread(target=sample, daemon=True).start()
+    start = time.time()
+    code = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                           env={**os.environ, "SAO_ENV_TEST_TIMELINE": str(timeline)})
+    wall = time.time() - start
+    done.set()
+    records = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.is_file() else []
+    tests = [r for r in records if r["event"] == "test"]
+    print(f"pytest {' '.join(args)}: exit {code}, {wall:.0f} s of wall clock, {len(tests)} tests")
+    if samples:
+        used = sum(c for _, c in samples)
+        print(f"CPU: {used:.0f} core-seconds over {len(samples)} s sampled, {used / len(samples):.2f} cores on average "
+              f"of {os.cpu_count()}")
+        print("cores busy per minute: " + " ".join(
+            f"{sum(c for t, c in samples if m * 60 <= t - start < (m + 1) * 60) / max(1, sum(1 for t, _ in samples if m * 60 <= t - start < (m + 1) * 60)):.2f}"
+            for m in range(int(wall // 60) + 1)))
+    by_worker: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_worker[r["worker"]].append(r)
+    ends = {}
+    for worker, rs in sorted(by_worker.items()):
+        first = min(r.get("t", r.get("start", start)) for r in rs)
+        ends[worker] = max(r["end"] for r in rs if r["event"] == "test") if any(r["event"] == "test" for r in rs) else first
+        mine = [r for r in rs if r["event"] == "test"]
+        print(f"{worker}: session start at {first - start:.0f} s, last test ends at {ends[worker] - start:.0f} s, "
+              f"{sum(r['end'] - r['start'] for r in mine):.0f} s in tests, "
+              f"{sum(r['cpu'] + r['children_cpu'] for r in mine):.0f} CPU s")
+    workers = {w: end for w, end in ends.items() if w != "main"}  # pytest-xdist's controller runs no test
+    if len(workers) > 1:
+        print(f"tail: {max(workers.values()) - min(workers.values()):.0f} s with one worker left")
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in tests:
+        entry = files[r["id"].split("::")[0]]
+        entry[0] += r["end"] - r["start"]
+        entry[1] += r["cpu"] + r["children_cpu"]
+    print("\nfile: wall s, CPU s (worker and its reaped children), wall - CPU")
+    for name, (w, c) in sorted(files.items(), key=lambda kv: -kv[1][0])[:30]:
+        print(f"  {name:<50} {w:7.1f} {c:7.1f} {w - c:7.1f}")
+    print(f"  {'all':<50} {sum(v[0] for v in files.values()):7.1f} {sum(v[1] for v in files.values()):7.1f}")
+    print(f"\ntimeline: {timeline}")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
