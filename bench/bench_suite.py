@@ -31,19 +31,58 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def _what(cmdline: list[str], comm: str) -> str:
+    """A process's kind for the CPU table: a pytest worker, a Ray part, a sandboxed run, or its command's name."""
+    text = " ".join(cmdline)
+    if "xdist" in text or "sys.stdin.readline" in text:
+        return "pytest-xdist worker"
+    if "pytest" in text and "bench_suite" not in text:
+        return "pytest: " + " ".join(Path(c).name if c.startswith("/") else c for c in cmdline[:4])[:70]
+    if comm.startswith("ray::") or "/ray/" in text or comm in ("raylet", "gcs_server"):
+        return f"ray: {comm if comm.startswith('ray::') or comm in ('raylet', 'gcs_server') else Path(cmdline[1] if len(cmdline) > 1 else comm).name}"
+    if "sao_env.cli" in text or "sao-env" in text:
+        return "sao-env subprocess"
+    return comm
+
+
+def _process_cpu() -> dict[int, tuple[str, float]]:
+    """Every live process's kind and CPU seconds so far (utime + stime)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        found[int(entry.name)] = (_what([c.decode(errors="replace") for c in cmdline if c], comm),
+                                  (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
 def main(argv: list[str]) -> int:
     args = argv[argv.index("--") + 1:] if "--" in argv else ["-q", "-n", "2", "--dist", "loadfile"]
     timeline = Path(tempfile.mkdtemp(prefix="sao-suite-")) / "timeline.jsonl"
     samples: list[tuple[float, float]] = []
     done = threading.Event()
 
+    processes: dict[int, tuple[str, float, float]] = {}  # pid -> (what, CPU seconds at first sight, latest)
+
     def sample() -> None:
         last = _cpu_jiffies()
+        before = _process_cpu()
         while not done.wait(1.0):
             now = _cpu_jiffies()
             busy, total = now[0] - last[0], now[1] - last[1]
             samples.append((time.time(), busy / max(total, 1) * (os.cpu_count() or 1)))
             last = now
+            for pid, (what, cpu) in _process_cpu().items():
+                first = before.get(pid, (what, 0.0))[1] if pid in before else processes.get(pid, (what, 0.0, 0.0))[1]
+                processes[pid] = (what, first, cpu)
 
     threading.Thread(target=sample, daemon=True).start()
     start = time.time()
@@ -61,6 +100,15 @@ def main(argv: list[str]) -> int:
         print("cores busy per minute: " + " ".join(
             f"{sum(c for t, c in samples if m * 60 <= t - start < (m + 1) * 60) / max(1, sum(1 for t, _ in samples if m * 60 <= t - start < (m + 1) * 60)):.2f}"
             for m in range(int(wall // 60) + 1)))
+    if processes:
+        groups: dict[str, float] = defaultdict(float)
+        for what, first, latest in processes.values():
+            groups[what] += latest - first
+        seen = sum(groups.values())
+        print(f"CPU by process, sampled each second ({seen:.0f} core-seconds seen; processes that lived under a second are "
+              "missed, and a worker's reaped children count in the per-file figures below):")
+        for what, cpu in sorted(groups.items(), key=lambda kv: -kv[1])[:15]:
+            print(f"  {cpu:7.1f}  {what}")
     by_worker: dict[str, list[dict]] = defaultdict(list)
     for r in records:
         by_worker[r["worker"]].append(r)
