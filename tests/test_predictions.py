@@ -5,6 +5,7 @@ map's predictions file against the header of its pre-registered grid.yaml."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from scipy import stats as sps
 
 from sao_env.cli import main
+from sao_env.leaderboard import maps
 from sao_env.leaderboard.predictions import Predictions, load_predictions, seed_differences, verdicts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +106,14 @@ def test_verdict_writes_its_page_and_table_and_bad_input_is_one_line(tmp_path, c
     path = tmp_path / "predictions.yaml"
     path.write_text(yaml.safe_dump({"title": "Hand map", "predictions": [
         {"id": "A", "cell": "x", "contrast": "critic - mean", "sign": ">", "why": "it learns"}]}))
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "grid.json").write_text(json.dumps({"title": "Hand map", "scenarios": [], "rows": [],
+                                                          "baseline": "mean", "metric": "online_reward"}))
     assert main(["verdict", str(path), "--out", str(tmp_path / "v")]) == 0
+    site = maps.maps_section(tmp_path)  # the map folder's verdicts on the site, beside its tables
+    assert "<b>Pre-registered predictions</b>" in site
+    row = site.split('id="map-0-verdict"')[1].split("</tr>")[1]
+    assert ">critic - mean at x &gt; 0<" in row and ">10 of 10<" in row and ">0.00195<" in row and '>held<' in row
     page = (tmp_path / "v" / "verdict.md").read_text()
     assert "| A | critic - mean at x > 0 | 10 | +0.055 ± " in page and "| 10 of 10 | 0.00195 | 0.00195 |" in page
     assert "**held**" in page and "- A: it learns" in page

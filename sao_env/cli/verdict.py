@@ -24,7 +24,8 @@ def verdict(
     import pandas as pd
 
     from sao_env.experiment import writing
-    from sao_env.leaderboard.predictions import load_predictions, verdict_markdown, verdict_table, verdicts
+    from sao_env.leaderboard.predictions import (VERDICT_CSV, VERDICT_MD, load_predictions, verdict_markdown,
+                                                 verdict_table, verdicts)
 
     spec = load_predictions(path)
     per_seed = per_seed or path.parent / "per-seed.csv"
@@ -41,7 +42,7 @@ def verdict(
     out = out or path.parent
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
-        md, csv = out / "verdict.md", out / "verdict.csv"
+        md, csv = out / VERDICT_MD, out / VERDICT_CSV
         md.write_text(verdict_markdown(found, spec, source=shlex.quote(str(path)), per_seed=str(per_seed)))
         verdict_table(found).to_csv(csv, index=False, float_format="%.6g")
     typer.echo(md.read_text())

@@ -39,6 +39,7 @@ import pandas as pd
 
 from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.leaderboard.stats import format_mde, format_rank, holm, min_detectable_difference, pairwise, rank_ranges
+from sao_env.leaderboard.predictions import VERDICT_CSV, VERDICT_MD, verdict_display
 from sao_env.leaderboard.tables import (column_format, finite_float, format_cell, format_difference, format_p,
                                         is_eval_metric)
 
@@ -525,6 +526,12 @@ def maps_section(folder: Path) -> str:
             data = base64.b64encode(png.read_bytes()).decode("ascii")
             parts.append(f'<figure><img alt="map: {e(where.name)}" src="data:image/png;base64,{data}">'
                          f"<figcaption>{e(manifest.get('figure_caption', ''))}</figcaption></figure>")
+        verdicts = where / VERDICT_CSV
+        if verdicts.is_file():
+            header, body = verdict_display(pd.read_csv(verdicts))
+            parts.append("<p><b>Pre-registered predictions</b> (written before the runs; one family, exact sign-flip "
+                         "test of the per-seed differences, Holm over the family: held, failed or not resolved; "
+                         f"<code>{VERDICT_MD}</code>)</p>" + _html_table(header, body, f"map-{i}-verdict"))
         for scenario in manifest.get("scenarios", []):
             path = where / f"{scenario}.csv"
             if not path.is_file():

@@ -32,7 +32,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from scipy import stats as sps
 
 from sao_env.errors import UserError
-from sao_env.leaderboard.stats import ALPHA, holm, min_detectable_difference, min_seeds, sign_flip_pvalue
+from sao_env.leaderboard.stats import ALPHA, format_mde, holm, min_detectable_difference, min_seeds, sign_flip_pvalue
+
+VERDICT_MD, VERDICT_CSV = "verdict.md", "verdict.csv"
+"""What ``sao-env verdict`` writes beside the predictions file (a map's folder): the site shows the table."""
 
 
 class Contrast(BaseModel):
@@ -211,10 +214,21 @@ def verdict_table(found: list[Verdict]) -> pd.DataFrame:
         "detectable": v.mde, "verdict": v.verdict} for v in found])
 
 
+def verdict_display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """``verdict.csv`` (``verdict_table``) as the site's table: header and rows of text."""
+    header = ["id", "prediction", "n", "mean ± 95% CI", "seeds agreeing", "p", "p (Holm)", "detectable", "verdict"]
+    body = []
+    for r in frame.itertuples(index=False):
+        n = int(r.n)
+        half = float(r.ci95_half_width)
+        interval = f"{r.mean:+.3f} ± {half:.3f}" if math.isfinite(half) else (f"{r.mean:+.3f}" if n else "—")
+        body.append([str(r.id), str(r.prediction), str(n), interval, f"{int(r.seeds_agreeing)} of {n}", _p(r.p),
+                     _p(r.p_holm), format_mde(float(r.detectable)), str(r.verdict)])
+    return header, body
+
+
 def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, per_seed: str) -> str:
     """The verdicts as a page: the rule, then one row per prediction."""
-    from sao_env.leaderboard.stats import format_mde
-
     m = len(found)
     ns = sorted({v.n for v in found if v.n})
     lines = [f"# {spec.title}: verdicts", "",
