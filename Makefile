@@ -64,10 +64,12 @@ demo: $(STAMP)
 ## make test: the whole test suite, one worker per core (pytest-xdist; a file's tests share a worker).
 ## One worker more than the cores was tried (the real-time tests wait on the clock): on 2 cores 510 s once and
 ## 756 s once against 613 s with 2; 4 workers 780 s (Ray's start-up starves); measured again idle, 560 s against 568 s
-## with 2, for 13 % more CPU. Too variable, and too small, to adopt.
+## with 2, for 13 % more CPU. Too variable, and too small, to adopt: the suite is bound by CPU (1.82-1.84 of 2
+## cores busy over the run, `python bench/bench_suite.py`; docs/performance.md). The 15 slowest tests are listed
+## at the end, so that a CI log says where the time went.
 WORKERS := auto
 test: $(TESTS)
-	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --durations=15
 
 ## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs, real-time
 ## backends, worker pools, sweeps)
