@@ -128,3 +128,26 @@ def test_verdict_writes_its_page_and_table_and_bad_input_is_one_line(tmp_path, c
     assert main(["verdict", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "is not 'a - b'" in err[0]
+
+
+def test_a_map_still_running_is_read_from_its_ledger_with_the_whole_family(tmp_path, capsys):
+    """``--partial`` with the ledger: the cell not yet run has no data and counts in Holm with p = 1, so
+    the one prediction with data is corrected over 2 (2 x 2/1024), not over 1; a cut-short last line is
+    left out. Without ``--partial`` the missing cell is a one-line error."""
+    ledger = tmp_path / "finished.jsonl"
+    lines = [json.dumps({"config_hash": str(s) + row, "code": "c",
+                         "row": {"scenario": "x", "row": row, "seed": s},
+                         "numbers": {"online_reward": BASE[s] + (UP[s] if row == "critic" else 0.0)}})
+             for row in ("mean", "critic") for s in SEEDS]
+    ledger.write_text("\n".join(lines) + '\n{"config_hash": "cut sh')
+    path = tmp_path / "predictions.yaml"
+    path.write_text(yaml.safe_dump({"predictions": [
+        {"id": "A", "cell": "x", "contrast": "critic - mean", "sign": ">"},
+        {"id": "B", "cell": "later", "contrast": "critic - mean", "sign": ">"}]}))
+    assert main(["verdict", str(path), "--per-seed", str(ledger)]) == 2
+    assert "no cell 'later'" in capsys.readouterr().err
+    assert main(["verdict", str(path), "--per-seed", str(ledger), "--partial"]) == 0
+    table = pd.read_csv(tmp_path / "verdict.csv")
+    assert table["verdict"].tolist() == ["held", "no data"] and table["n"].tolist() == [10, 0]
+    assert table.loc[0, "p_holm"] == pytest.approx(2 * 2 / 1024)
+    assert "**Provisional**" in (tmp_path / "verdict.md").read_text()

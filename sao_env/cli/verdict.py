@@ -17,8 +17,9 @@ def register(app: typer.Typer) -> None:
 
 def verdict(
     path: Path = typer.Argument(..., help="The predictions file (YAML: metric, alpha, predictions with id, cell, contrast 'a - b', sign, optional minus)."),
-    per_seed: Optional[Path] = typer.Option(None, "--per-seed", help="The grid's per-seed table (default: per-seed.csv beside the predictions file)."),
+    per_seed: Optional[Path] = typer.Option(None, "--per-seed", help="The grid's per-seed table (default: per-seed.csv beside the predictions file), or its ledger finished.jsonl (a map still running)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for verdict.md and verdict.csv (default: the predictions file's folder)."),
+    partial: bool = typer.Option(False, "--partial", help="A map still running: a cell or row not yet in the table gives 'no data' (counted in Holm's family with p = 1) instead of an error."),
 ) -> None:
     """Read pre-registered predictions from a grid's per-seed table: each held, failed or not resolved (Holm over the file)."""
     import pandas as pd
@@ -32,13 +33,13 @@ def verdict(
     if not per_seed.is_file():
         raise UserError(f"{per_seed}: no per-seed table (a grid writes per-seed.csv into its --out folder; name another with --per-seed)")
     try:
-        table = pd.read_csv(per_seed)
+        table = _ledger_rows(per_seed) if per_seed.suffix == ".jsonl" else pd.read_csv(per_seed)
     except (OSError, ValueError) as err:
         raise UserError(f"{per_seed}: not a readable table ({' '.join(str(err).split())})") from None
     missing = {"scenario", "row", "seed"} - set(table.columns)
     if missing:
         raise UserError(f"{per_seed}: not a grid's per-seed table (no {', '.join(sorted(missing))} column)")
-    found = verdicts(table, spec)
+    found = verdicts(table, spec, partial=partial)
     out = out or path.parent
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
@@ -47,3 +48,23 @@ def verdict(
         verdict_table(found).to_csv(csv, index=False, float_format="%.6g")
     typer.echo(md.read_text())
     typer.echo(f"verdicts: {md} and {csv}", err=True)
+
+
+def _ledger_rows(path: Path):
+    """A grid's ledger (``finished.jsonl``: a line per finished run, its per-seed row and numbers) as a
+    per-seed table; a last line cut short by a kill is left out, as the grid itself does."""
+    import json
+
+    import pandas as pd
+
+    lines = path.read_text().splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if i == len(lines) - 1:
+                continue
+            raise ValueError(f"line {i + 1} is not JSON") from None
+        rows.append({**entry["row"], **entry["numbers"]})
+    return pd.DataFrame(rows)

@@ -156,9 +156,11 @@ def _values(per_seed: pd.DataFrame, cell: str, row: str, metric: str) -> dict[in
     return {int(s): float(v) for s, v in zip(mine["seed"], mine[metric]) if v is not None and math.isfinite(float(v))}
 
 
-def _check_names(per_seed: pd.DataFrame, spec: Predictions) -> None:
+def _check_names(per_seed: pd.DataFrame, spec: Predictions, partial: bool) -> None:
     if spec.metric not in per_seed.columns:
         raise UserError(f"the per-seed table has no column {spec.metric!r}")
+    if partial:
+        return
     cells, rows = set(per_seed["scenario"].astype(str)), set(per_seed["row"].astype(str))
     for p in spec.predictions:
         for c in (p, p.minus) if p.minus else (p,):
@@ -181,13 +183,16 @@ def seed_differences(per_seed: pd.DataFrame, prediction: Prediction, metric: str
     return {s: sum(p[s] for p in parts) for s in sorted(seeds)}
 
 
-def verdicts(per_seed: pd.DataFrame, spec: Predictions) -> list[Verdict]:
-    """Every prediction of ``spec`` read from ``per_seed`` (a grid's per-seed.csv: scenario, row, seed and
-    the metric's column), Holm over the family of all of them."""
-    _check_names(per_seed, spec)
+def verdicts(per_seed: pd.DataFrame, spec: Predictions, *, partial: bool = False) -> list[Verdict]:
+    """Every prediction of ``spec`` read from ``per_seed`` (a grid's per-seed table: scenario, row, seed
+    and the metric's column), Holm over the family of all of them. A cell or row the table lacks is an
+    error, unless ``partial`` (a map still running): then that prediction has no data and counts in
+    the family with p = 1, so that a provisional reading is never corrected over fewer predictions than
+    the final one."""
+    _check_names(per_seed, spec, partial)
     diffs = [seed_differences(per_seed, p, spec.metric) for p in spec.predictions]
     ps = [sign_flip_pvalue(list(d.values()))[0] if d else math.nan for d in diffs]
-    adjusted = holm(ps)
+    adjusted = holm([p if math.isfinite(p) else 1.0 for p in ps])
     m = len(spec.predictions)
     out = []
     for prediction, d, p, p_holm in zip(spec.predictions, diffs, ps, adjusted):
@@ -195,7 +200,7 @@ def verdicts(per_seed: pd.DataFrame, spec: Predictions) -> list[Verdict]:
         sd = float(np.std(values, ddof=1)) if len(values) >= 2 else math.nan
         mean = float(np.mean(values)) if values else math.nan
         if not values:
-            verdict = "no data"
+            verdict, p_holm = "no data", math.nan
         elif p_holm <= spec.alpha and mean != 0:
             verdict = "held" if (mean > 0) == (prediction.sign == ">") else "failed"
         else:
@@ -242,8 +247,9 @@ def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, pe
              f"bound on a difference left unresolved. Interval: mean ± half-width of the 95 % Student-t interval over "
              f"the seeds' differences.", ""]
     if ns and (len(ns) > 1 or any(v.n == 0 for v in found)):
-        lines += [f"Seeds per prediction differ ({', '.join(map(str, ns))}): the map is not complete; verdicts of an "
-                  "incomplete map are provisional.", ""]
+        lines += [f"**Provisional**: seeds per prediction differ ({', '.join(map(str, sorted({v.n for v in found})))}): "
+                  "the map is not complete. A prediction without data counts in Holm's family with p = 1, so no "
+                  "verdict here is corrected over fewer predictions than the final one.", ""]
     lines += ["| id | prediction | n | mean ± 95% CI | seeds agreeing | p | p (Holm) | detectable | verdict |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for v in found:
