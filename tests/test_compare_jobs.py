@@ -102,15 +102,21 @@ def test_concurrent_builders_of_one_warm_start_train_it_once(monkeypatch, tmp_pa
     assert all((first[k] == second[k]).all() for k in first)
 
 
-@pytest.mark.slow
-def test_a_user_error_in_a_worker_is_one_line(capsys, tmp_path):
+def test_a_run_folder_that_cannot_be_written_is_one_line_before_any_warm_start_or_worker(tmp_path):
+    """As a user runs it (its own process, where workers would be forked and missing warm starts trained
+    first), with an empty warm-start cache: the unwritable run folder is one line and exit 2 at once.
+    It used to come from the workers, after the warm start had trained (minutes on codebase-drift)."""
     runs = tmp_path / "runs"
     runs.mkdir()
     (runs / "style-drift").write_text("a file where the scenario's folder should be\n")
-    code = main(["compare", "--agents", "sao,grpo", "--seeds", "0", "--runs-dir", str(runs), "--jobs", "2",
-                 "--leaderboard-dir", str(tmp_path / "boards"), *SHRINK])
-    out, err = capsys.readouterr()
-    assert code == 2, err
-    errors = [line for line in err.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and errors[0].startswith(f"sao-env: error: cannot write {runs / 'style-drift'}"), err
-    assert "Traceback" not in out + err
+    argv = ["compare", "--agents", "sao,grpo", "--seeds", "0", "--runs-dir", str(runs), "--jobs", "2",
+            "--leaderboard-dir", str(tmp_path / "boards"), *SHRINK]
+    cache = tmp_path / "empty-cache"
+    done = subprocess.run([sys.executable, "-c", FORKED_COMPARE, *argv], capture_output=True, text=True,
+                          env={**os.environ, "SAO_ENV_CACHE": str(cache)})
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 2, err
+    (line,) = err.splitlines()
+    assert line.startswith(f"sao-env: error: cannot write {runs / 'style-drift'}") and line.endswith("Not a directory"), err
+    assert "warm start" not in err and "workers started" not in err and not out
+    assert not (cache / "warmstart").exists() or not any((cache / "warmstart").iterdir())

@@ -34,7 +34,7 @@ def fake_run_plan(plan, **kwargs):
     return {}, 0.4
 
 drivers.run_plan = fake_run_plan
-drivers._train_warm_starts = lambda *a, **k: None
+drivers._train_warm_starts = drivers._check_run_folders = lambda *a, **k: None
 drivers.run_many(list(range(40)), jobs=2, code={"fixed": True}, on_done=lambda *a: None)
 """
 
@@ -169,7 +169,7 @@ def fake_run_plan(plan, **kwargs):
     return {}, 60.0
 
 drivers.run_plan = fake_run_plan
-drivers._train_warm_starts = lambda *a, **k: None
+drivers._train_warm_starts = drivers._check_run_folders = lambda *a, **k: None
 try:
     drivers.run_many(list(range(6)), jobs=2, code={"fixed": True}, on_done=lambda *a: None)
 except RunInterrupted as err:
@@ -209,3 +209,30 @@ def test_a_signalled_pool_stops_its_runs_at_checkpoints_and_starts_no_queued_run
     time.sleep(0.5)
     assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
     assert not any(_alive(w) for w in workers)
+
+
+FAILING_RUN = r"""
+import sys
+import sao_env.experiment.drivers as drivers
+from sao_env.errors import UserError
+
+def fake_run_plan(plan, **kwargs):
+    if plan == 3:
+        raise UserError(f"run {plan}: cannot write runs/x: Permission denied")
+    return {}, 0.0
+
+drivers.run_plan = fake_run_plan
+drivers._train_warm_starts = drivers._check_run_folders = lambda *a, **k: None
+try:
+    drivers.run_many(list(range(6)), jobs=2, code={"fixed": True}, on_done=lambda *a: None)
+except UserError as err:
+    print(type(err).__name__, err)
+    sys.exit(2)
+"""
+
+
+def test_a_user_error_raised_in_a_worker_reaches_the_parent_as_itself():
+    """A run's UserError (a one-line error for the command to print) crosses the pool unchanged."""
+    done = subprocess.run([sys.executable, "-c", FAILING_RUN], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.splitlines() == ["UserError run 3: cannot write runs/x: Permission denied"]

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from sao_env.experiment.files import RunBusy, RunLock
+from sao_env.experiment.files import RunBusy, RunLock, writing
 from sao_env.experiment.plan import RunPlan, reuse_check
 from sao_env.experiment.run import RunInterrupted, run_experiment
 from sao_env.forking import fork_is_safe
@@ -149,6 +149,7 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     ``on_warm_start(line)`` hears when missing warm starts are trained before the runs.
     """
     code = code or provenance.code_version()
+    _check_run_folders(plans)
     if jobs > 1 and len(plans) > 1 and fork_is_safe():
         _train_warm_starts(plans, jobs, on_warm_start or (lambda line: None))
     if jobs <= 1 or len(plans) <= 1:
@@ -172,6 +173,14 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
         except BaseException as err:
             _stop_pool(pool, stop, futures, err)
             raise
+
+
+def _check_run_folders(plans: list[RunPlan]) -> None:
+    """Make every run's parent folder now, so that one that cannot be written is a one-line error at once,
+    not after a warm start has trained for minutes and the workers have started."""
+    for plan in plans:
+        with writing(plan.out.parent):
+            plan.out.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _stop_pool(pool: ProcessPoolExecutor, stop: Any, futures: dict, err: BaseException) -> None:
