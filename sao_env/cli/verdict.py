@@ -44,7 +44,8 @@ def verdict(
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
         md, csv = out / VERDICT_MD, out / VERDICT_CSV
-        md.write_text(verdict_markdown(found, spec, source=shlex.quote(str(path)), per_seed=str(per_seed)))
+        command = shlex.join(["sao-env", "verdict", str(path), "--per-seed", str(per_seed), *(["--partial"] if partial else [])])
+        md.write_text(verdict_markdown(found, spec, source=shlex.quote(str(path)), per_seed=str(per_seed), command=command))
         verdict_table(found).to_csv(csv, index=False, float_format="%.6g")
     typer.echo(md.read_text())
     typer.echo(f"verdicts: {md} and {csv}", err=True)

@@ -232,12 +232,12 @@ def verdict_display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, per_seed: str) -> str:
+def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, per_seed: str, command: str = "") -> str:
     """The verdicts as a page: the rule, then one row per prediction."""
     m = len(found)
     ns = sorted({v.n for v in found if v.n})
     lines = [f"# {spec.title}: verdicts", "",
-             f"Read from `{per_seed}` by `sao-env verdict {source}`; the predictions were written before the runs "
+             f"Read from `{per_seed}` by `{command or 'sao-env verdict ' + source}`; the predictions were written before the runs "
              f"(`{source}`, dated by git). Metric: `{spec.metric}`. Each p is the exact sign-flip p of the per-seed "
              f"differences, Holm-corrected over the family of {m} predictions at α {spec.alpha:g}: **held** is a corrected "
              f"p ≤ α with the predicted sign, **failed** the same with the other sign, **not resolved** neither. The "
