@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     samples: list[tuple[float, float]] = []
     done = threading.Event()
 
-    processes: dict[int, tuple[str, float, float]] = {}  # pid -> (what, CPU seconds at first sight, latest)
+    processes: dict[int, tuple[str, float, float]] = {}  # pid -> (what, CPU seconds at the run's start, latest)
 
     def sample() -> None:
         last = _cpu_jiffies()
@@ -80,9 +80,8 @@ def main(argv: list[str]) -> int:
             busy, total = now[0] - last[0], now[1] - last[1]
             samples.append((time.time(), busy / max(total, 1) * (os.cpu_count() or 1)))
             last = now
-            for pid, (what, cpu) in _process_cpu().items():
-                first = before.get(pid, (what, 0.0))[1] if pid in before else processes.get(pid, (what, 0.0, 0.0))[1]
-                processes[pid] = (what, first, cpu)
+            for pid, (what, cpu) in _process_cpu().items():  # CPU counted from the run's start, or the process's
+                processes[pid] = (what, before[pid][1] if pid in before else 0.0, cpu)
 
     threading.Thread(target=sample, daemon=True).start()
     start = time.time()
@@ -97,9 +96,10 @@ def main(argv: list[str]) -> int:
         used = sum(c for _, c in samples)
         print(f"CPU: {used:.0f} core-seconds over {len(samples)} s sampled, {used / len(samples):.2f} cores on average "
               f"of {os.cpu_count()}")
-        print("cores busy per minute: " + " ".join(
-            f"{sum(c for t, c in samples if m * 60 <= t - start < (m + 1) * 60) / max(1, sum(1 for t, _ in samples if m * 60 <= t - start < (m + 1) * 60)):.2f}"
-            for m in range(int(wall // 60) + 1)))
+        minutes: dict[int, list[float]] = defaultdict(list)
+        for t, cores in samples:
+            minutes[int((t - start) // 60)].append(cores)
+        print("cores busy per minute: " + " ".join(f"{sum(v) / len(v):.2f}" for _, v in sorted(minutes.items())))
     if processes:
         groups: dict[str, float] = defaultdict(float)
         for what, first, latest in processes.values():

@@ -366,6 +366,10 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def rows(self) -> list[dict]:
+        """Every recorded run's per-seed row and numbers in one dict, in the ledger's order."""
+        return [{**e["row"], **e["numbers"]} for e in self._entries.values()]
+
     def get(self, plan: Any, code: str | None = None) -> dict | None:
         """The record of ``plan``'s run made by code ``code`` (a code key), or with ``code`` None the
         last one recorded for that configuration; None where there is none."""

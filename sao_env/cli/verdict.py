@@ -25,6 +25,7 @@ def verdict(
     import pandas as pd
 
     from sao_env.experiment import writing
+    from sao_env.grid import Ledger
     from sao_env.leaderboard.predictions import (VERDICT_CSV, VERDICT_MD, load_predictions, verdict_markdown,
                                                  verdict_table, verdicts)
 
@@ -33,7 +34,7 @@ def verdict(
     if not per_seed.is_file():
         raise UserError(f"{per_seed}: no per-seed table (a grid writes per-seed.csv into its --out folder; name another with --per-seed)")
     try:
-        table = _ledger_rows(per_seed) if per_seed.suffix == ".jsonl" else pd.read_csv(per_seed)
+        table = pd.DataFrame(Ledger(per_seed).rows()) if per_seed.suffix == ".jsonl" else pd.read_csv(per_seed)
     except (OSError, ValueError) as err:
         raise UserError(f"{per_seed}: not a readable table ({' '.join(str(err).split())})") from None
     missing = {"scenario", "row", "seed"} - set(table.columns)
@@ -50,22 +51,3 @@ def verdict(
     typer.echo(md.read_text())
     typer.echo(f"verdicts: {md} and {csv}", err=True)
 
-
-def _ledger_rows(path: Path):
-    """A grid's ledger (``finished.jsonl``: a line per finished run, its per-seed row and numbers) as a
-    per-seed table; a last line cut short by a kill is left out, as the grid itself does."""
-    import json
-
-    import pandas as pd
-
-    lines = path.read_text().splitlines()
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            if i == len(lines) - 1:
-                continue
-            raise ValueError(f"line {i + 1} is not JSON") from None
-        rows.append({**entry["row"], **entry["numbers"]})
-    return pd.DataFrame(rows)

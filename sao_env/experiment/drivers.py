@@ -175,6 +175,11 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
             raise
 
 
+def _processes(pool: ProcessPoolExecutor) -> list:
+    """The pool's live worker processes (the executor keeps them in ``_processes``; none once shut down)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
 def _check_run_folders(plans: list[RunPlan]) -> None:
     """Make every run's parent folder now, so that one that cannot be written is a one-line error at once,
     not after a warm start has trained for minutes and the workers have started."""
@@ -192,11 +197,13 @@ def _stop_pool(pool: ProcessPoolExecutor, stop: Any, futures: dict, err: BaseExc
     stop.set()
     for future in futures:
         future.cancel()
-    name = err.signal_name if isinstance(err, RunInterrupted) else (
-        str(err.args[0]) if isinstance(err, KeyboardInterrupt) and err.args else
-        "SIGINT" if isinstance(err, KeyboardInterrupt) else "SIGTERM")
-    signum = getattr(err, "signum", None) or getattr(signal, name, signal.SIGTERM)
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    if isinstance(err, RunInterrupted):
+        signum = getattr(signal, err.signal_name, signal.SIGTERM)
+    elif isinstance(err, KeyboardInterrupt):  # ``cli.app.Stopped`` names its signal; a bare Ctrl-C is SIGINT
+        signum = getattr(err, "signum", signal.SIGINT)
+    else:
+        signum = signal.SIGTERM
+    for process in _processes(pool):
         try:
             os.kill(process.pid, signum)
         except (ProcessLookupError, PermissionError):
@@ -235,7 +242,7 @@ def _train_warm_starts(plans: list[RunPlan], jobs: int, say: Callable[[str], Non
             for future in [pool.submit(_train_warm_start, model, scenario, threads) for model, scenario in missing.values()]:
                 future.result()
         except BaseException:  # a signal or a failure: the others are not waited for (a cached warm start is whole or absent)
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
+            for process in _processes(pool):
                 process.kill()
             pool.shutdown(wait=True, cancel_futures=True)
             raise

@@ -250,14 +250,11 @@ def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, pe
         lines += [f"**Provisional**: seeds per prediction differ ({', '.join(map(str, sorted({v.n for v in found})))}): "
                   "the map is not complete. A prediction without data counts in Holm's family with p = 1, so no "
                   "verdict here is corrected over fewer predictions than the final one.", ""]
-    lines += ["| id | prediction | n | mean ± 95% CI | seeds agreeing | p | p (Holm) | detectable | verdict |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for v in found:
-        interval = (f"{v.mean:+.3f} ± {v.half_width:.3f}" if math.isfinite(v.half_width)
-                    else (f"{v.mean:+.3f}" if v.n else "—"))
-        verdict = f"**{v.verdict}**" if v.verdict in ("held", "failed") else v.verdict
-        lines.append(f"| {v.prediction.id} | {v.prediction.text()} | {v.n} | {interval} | "
-                     f"{v.agreeing} of {v.n} | {_p(v.p)} | {_p(v.p_holm)} | {format_mde(v.mde)} | {verdict} |")
+    header, body = verdict_display(verdict_table(found))
+    lines += ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for row in body:
+        row[-1] = f"**{row[-1]}**" if row[-1] in ("held", "failed") else row[-1]
+        lines.append("| " + " | ".join(row) + " |")
     whys = [v for v in found if v.prediction.why]
     if whys:
         lines += ["", "Why each was predicted (as written before the runs):", ""]
