@@ -68,6 +68,12 @@ def _shrunk_config(agent: str, seed: int = 0, extra: tuple[str, ...] | list[str]
     return resolve_config("style-drift", agent, seed, shrink_overrides(agent, extra))
 
 
+SIM_BOXED_SHARE_AT_015H = 0.5625
+"""sim's boxed share of the held-out answers at 0.15 h of ``learning_cut("sao", 0, ...)`` (seed 0, pinned numerics;
+the first phase's training does not depend on the later phases' lengths): test_learning's run checks it to the
+bit, and test_backends holds the ``threads`` run of the same cut to it instead of making the sim run again."""
+
+
 def learning_cut(agent: str, seed: int, hours: tuple[float, float, float], extra: tuple[str, ...] = ()):
     """style-drift with ``SHRINK_TASKS`` (the session's shared warm start and tasks), phases of ``hours``
     (a phase kept at 0.001 h still serves its tasks to the warm start), evaluations every 0.05 h and

@@ -15,7 +15,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from conftest import learning_cut
+from conftest import SIM_BOXED_SHARE_AT_015H, learning_cut
 
 from sao_env.errors import UserError
 from sao_env.experiment import run_experiment
@@ -162,8 +162,9 @@ def boxed_phase(backend: str, seed: int, out):
 @pytest.mark.slow
 def test_threads_learns_within_sims_seed_to_seed_spread(tmp_path):
     # Measured: sim seeds 0-2 end at 0.56, 0.53, 0.53 (from 0.22), a seed-to-seed spread of 0.03, below the
-    # 0.1 allowed here, so sim's seed 0 alone is the reference; threads at time_scale 0.1 ended at 0.53.
-    sim = boxed_phase("sim", 0, tmp_path / "sim")
+    # 0.1 allowed here, so sim's seed 0 alone is the reference (recorded: test_learning's run of the same cut
+    # checks it to the bit at 0.15 h); threads at time_scale 0.1 ended at 0.53.
+    sim = SIM_BOXED_SHARE_AT_015H
     real = boxed_phase("threads", 0, tmp_path / "threads")
-    assert real[-1] >= sim[-1] - 0.1, f"threads ends at {real[-1]:.2f}; sim at {sim[-1]:.2f}"
+    assert real[-1] >= sim - 0.1, f"threads ends at {real[-1]:.2f}; sim at {sim:.2f}"
     assert real[-1] >= real[0] + 0.2, f"threads did not learn the boxed style: {real}"
