@@ -64,7 +64,6 @@ from sao_env.evaluation.heldout import EVAL_VERSION, evaluate_heldout
 from sao_env.experiment.config import RunConfig, build_agent, expand_config
 from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, writing
 from sao_env.experiment.progress import RunProgress
-from sao_env.leaderboard.plots import plot_adaptation
 from sao_env.numerics import numerics_record
 from sao_env import provenance as provenance_of
 from sao_env.provenance import code_key, config_hash, datasets_read, package_versions, short
@@ -271,6 +270,8 @@ class Run:
                    "checkpoints": saver.written, "checkpoint_s": saver.seconds, "checkpoint_mb": saver.megabytes,
                    "resumed_at_sim_s": restored["sim_time_s"] if restored else None}
         write_atomic(out / "timings.json", json.dumps(timings, indent=2) + "\n")
+        from sao_env.leaderboard.plots import plot_adaptation  # matplotlib, pandas, scipy: 1.2 s, needed only here
+
         with writing(out / "adaptation.png"):
             plot_adaptation({self.label: [out]}, out / "adaptation.png")
         write_atomic(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
