@@ -15,7 +15,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from conftest import SIM_BOXED_SHARE_AT_015H, learning_cut
+from conftest import SIM_BOXED_MATCHES_010_015H, boxed_matches, learning_cut
 
 from sao_env.errors import UserError
 from sao_env.experiment import run_experiment
@@ -151,19 +151,22 @@ def test_vllm_output_becomes_a_sample_with_the_sampled_tokens_logprobs():
 def threads_boxed_phase(seed: int, out):
     """style-drift's first phase (boxed) for 0.15 h (the others cut to 3.6 s) on 8 slots with the session's
     shared warm start and tasks (``SHRINK_TASKS``), the sao recipe on the ``threads`` backend at time_scale 0.1
-    (54 s of wall clock, enough for the 2 cores to keep up with the scaled latencies); the boxed share of the
-    held-out answers at each evaluation (every 0.05 h)."""
+    (54 s of wall clock, enough for the 2 cores to keep up with the scaled latencies); the run's folder."""
     config = learning_cut("sao", seed, (0.15, 0.001, 0.001), ("agent.runtime.backend=threads", "agent.runtime.time_scale=0.1"))
     run_experiment(config, out, show_progress=False, save_checkpoint=False)
-    return [e["eval/boxed/style_match"] for e in read_jsonl(out / "evals.jsonl")]
+    return out
 
 
 @pytest.mark.slow
 def test_threads_learns_within_sims_seed_to_seed_spread(tmp_path):
-    # Measured when the critic ran at 1x: sim seeds 0-2 ended at 0.56, 0.53, 0.53, a seed-to-seed spread of 0.03,
-    # below the 0.1 allowed here, so sim's seed 0 alone is the reference (0.5625 from 0.125 at 5x, recorded:
-    # test_learning's run of the same cut checks it to the bit at 0.15 h).
-    sim = SIM_BOXED_SHARE_AT_015H
-    real = threads_boxed_phase(0, tmp_path / "threads")
-    assert real[-1] >= sim - 0.1, f"threads ends at {real[-1]:.2f}; sim at {sim:.2f}"
-    assert real[-1] >= real[0] + 0.2, f"threads did not learn the boxed style: {real}"
+    # Held to sim on the training episodes of the phase's last third (some 200, a binomial standard error of 0.035)
+    # rather than one evaluation of 32 prompts (0.09: a threads run at 0.53 on the 0.15 h evaluation read 0.45
+    # on the final one). sim's seeds 0-2 give 0.493, 0.488, 0.475 there; seed 0 is the recorded reference.
+    matches, n = SIM_BOXED_MATCHES_010_015H
+    sim = matches / n
+    run_dir = threads_boxed_phase(0, tmp_path / "threads")
+    first, last = (m / k for m, k in (boxed_matches(run_dir, 0.0, 180.0), boxed_matches(run_dir, 360.0, 540.0)))
+    assert last >= sim - 0.1, f"threads' boxed share in 0.10-0.15 h is {last:.3f}; sim's {sim:.3f}"
+    held_out = {e["sim_time_s"]: e["eval/boxed/style_match"] for e in read_jsonl(run_dir / "evals.jsonl")}
+    assert held_out[540.0] >= held_out[0.0] + 0.2, \
+        f"threads did not learn the boxed style: held-out {held_out}, training {first:.3f} -> {last:.3f}"
