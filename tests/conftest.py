@@ -33,22 +33,29 @@ SHRINK_TASKS: tuple[str, ...] = (
 steps of 16 demonstrations. The learning tests keep it (with their own phase lengths), so every
 test of the session shares one warm start of about 15 s instead of training the scenario's own."""
 
+SHRINK_PHASE_H = 0.005
+"""Each phase of the shrunken scenario lasts this many simulated hours (18 s; 54 s for the three)."""
+
 SHRINK: tuple[str, ...] = SHRINK_TASKS + (
-    "env.phases.0.duration_h=0.01",
-    "env.phases.1.duration_h=0.01",
-    "env.phases.2.duration_h=0.01",
+    *(f"env.phases.{i}.duration_h={SHRINK_PHASE_H}" for i in range(3)),
     "env.eval.interval_h=0.005",
     "env.eval.prompts_per_phase=8",
     "env.rollout_slots=8",
 )
-"""Overrides that shrink the style-drift scenario to ~2 simulated minutes (3 phases of 36 s).
+"""Overrides that shrink the style-drift scenario to under a simulated minute (3 phases of 18 s,
+some 10 updates of 8 episodes), so that a run costs 1-2 core-seconds.
 
 Why not fewer: with 60 warm-start steps the policy earns no reward at all (then no agent ever
 moves and the runtime's on-policy checks are vacuous), and 12 new tokens truncate the
 ``sentence`` and ``tag`` forms (``<answer>12</answer>`` is 19 characters). Additions only
 (``+``) with 300 small warm-start batches give a few percent of rewarded episodes in ~15 s. The
-tests were calibrated on 8 rollout slots (the scenario now has 16), so the cut keeps 8.
+tests were calibrated on 8 rollout slots (the scenario now has 16), so the cut keeps 8. A test
+that needs more of a run (a kill late in it, an update with a gradient) adds ``LONGER``.
 """
+
+LONGER: tuple[str, ...] = tuple(f"env.phases.{i}.duration_h=0.01" for i in range(3))
+"""Phases of 36 s (108 s in all, about twice ``SHRINK``'s updates), for the tests that need more of a run
+than ``SHRINK`` gives: kills at a late generation or evaluation, a synchronous update with a gradient."""
 
 
 def shrink_overrides(agent: str, extra: tuple[str, ...] | list[str] = ()) -> list[str]:

@@ -1,7 +1,7 @@
 """The real-time backends (``threads``, ``ray``) keep ``sim``'s contract, on the real engines.
 
-Short wall-clock runs of the shrunken style-drift scenario (``SHRINK``: 108 scenario seconds, at
-``time_scale`` 0.05 about 5.4 s of wall clock): the same run directory and metric names as ``sim``,
+Short wall-clock runs of the shrunken style-drift scenario (``SHRINK`` with ``LONGER`` phases: 108 scenario seconds,
+at ``time_scale`` 0.05 about 5.4 s of wall clock): the same run directory and metric names as ``sim``,
 the staleness bound, and synchronous runs on-policy (every ratio 1: the weights the workers sampled
 with are the learner's). The vLLM generator's logic is tested without vLLM (no GPU here). The Ray
 backend's tests are in test_backends_ray.py (a file of their own, so that the test workers split them).
@@ -15,7 +15,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from conftest import SIM_BOXED_MATCHES_010_015H, boxed_matches, learning_cut
+from conftest import LONGER, SIM_BOXED_MATCHES_010_015H, boxed_matches, learning_cut
 
 from sao_env.errors import UserError
 from sao_env.experiment import run_experiment
@@ -40,7 +40,7 @@ def updates(run_dir) -> list[dict]:
 
 def realtime_run(shrunk_config, tmp_path, agent: str, backend: str, extra=()):
     out = tmp_path / f"{backend}-{agent}"
-    summary = run_experiment(shrunk_config(agent, 0, (f"agent.runtime.backend={backend}", *FAST, *extra)), out,
+    summary = run_experiment(shrunk_config(agent, 0, (*LONGER, f"agent.runtime.backend={backend}", *FAST, *extra)), out,
                              show_progress=False, save_checkpoint=False)
     return out, summary
 
@@ -88,7 +88,7 @@ def check_on_policy(run_dir, summary) -> None:
 
 @pytest.mark.slow
 def test_threads_writes_sims_run_directory_and_metrics(shrunk_config, shrunk_run, tmp_path):
-    sim_dir, _ = shrunk_run("grpo", 0, STALE4)
+    sim_dir, _ = shrunk_run("grpo", 0, (*LONGER, *STALE4))
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "grpo", "threads", STALE4)
     check_same_contract_as_sim(run_dir, summary, sim_dir, max_staleness=4)
     groups = Counter(e["group"] for e in read_jsonl(run_dir / "episodes.jsonl"))
@@ -103,7 +103,7 @@ def test_threads_synchronous_is_on_policy(shrunk_config, tmp_path):
 
 @pytest.mark.slow
 def test_threads_runs_sao_with_its_critic(shrunk_config, shrunk_run, tmp_path):
-    sim_dir, _ = shrunk_run("sao", 0, STALE4)
+    sim_dir, _ = shrunk_run("sao", 0, (*LONGER, *STALE4))
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "sao", "threads", STALE4)
     check_same_contract_as_sim(run_dir, summary, sim_dir, max_staleness=4)
     assert any("critic/value_loss" in r for r in updates(run_dir))

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 import pytest
+from conftest import LONGER
 from test_backends import SYNC, check_on_policy, check_same_contract_as_sim, realtime_run
 
 from sao_env.experiment import build_agent
@@ -37,7 +38,7 @@ def ray_cluster():
 
 @pytest.mark.slow
 def test_ray_synchronous_is_on_policy(ray_cluster, shrunk_config, shrunk_run, tmp_path):
-    sim_dir, _ = shrunk_run("grpo")
+    sim_dir, _ = shrunk_run("grpo", 0, LONGER)
     run_dir, summary = realtime_run(shrunk_config, tmp_path, "grpo", "ray", (*SYNC, *RAY_FAST, "agent.runtime.workers=2"))
     check_same_contract_as_sim(run_dir, summary, sim_dir, max_staleness=0)
     check_on_policy(run_dir, summary)
@@ -60,10 +61,9 @@ def test_ray_worker_killed_mid_batch_is_replaced_and_loses_no_episode(ray_cluste
         workers_class = RecordingWorkers
 
     # 0.3 wall seconds per scenario second: time for the replacement actor to start and replay the batch. Phases of
-    # 18 s (54 scenario seconds, 16 s of wall clock): the kill comes after the first update (about 12 s in), and the
+    # 18 s (SHRINK's: 54 scenario seconds, 16 s of wall clock): the kill comes after the first update (about 12 s in), and the
     # run's end waits for a worker's play to return, so a replay still under way at the end finishes all the same.
-    config = shrunk_config("grpo", 0, ("agent.runtime.backend=ray", "agent.runtime.workers=2", "agent.runtime.time_scale=0.3",
-                                       *(f"env.phases.{i}.duration_h=0.005" for i in range(3))))
+    config = shrunk_config("grpo", 0, ("agent.runtime.backend=ray", "agent.runtime.workers=2", "agent.runtime.time_scale=0.3"))
     scenario = Scenario(config.env)
     agent = build_agent(config, scenario, show_progress=False)
     episodes, records = [], []

@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 from scipy import stats as sps
 
-from conftest import shrink_overrides
+from conftest import SHRINK_PHASE_H, shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
 from sao_env.grid import (LEDGER, Grid, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
@@ -288,7 +288,7 @@ def test_the_aggregate_is_the_per_seed_table_by_numpy(made):
             assert cell["mde"] == math.inf  # 2 seeds: the sign-flip test's smallest p is 0.5
     md = paths["style-drift.md"].read_text()
     assert "`sao-env grid " in md and "`env.latency.task_sigma` in {0.0, 1.0}" in md
-    assert "- **seeds**: 0, 1; n per cell: 2" in md and "`env.phases.0.duration_h=0.01`" in md
+    assert "- **seeds**: 0, 1; n per cell: 2" in md and f"`env.phases.0.duration_h={SHRINK_PHASE_H}`" in md
     running = agg[(agg["row"] == "running mean") & (agg[AXIS] == "1.0")].iloc[0]
     assert f"{running['online_reward_diff']:+.3f} ± {running['online_reward_diff_ci95']:.3f} (n=2)" in md
     assert paths["figure"].stat().st_size > 10_000

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from scipy import stats
+from conftest import LONGER, SHRINK_PHASE_H
 
 from sao_env.envs.base import TaskEnv, make_task_env
 from sao_env.errors import UserError
@@ -295,7 +296,7 @@ def test_bias_is_negative_when_the_rewarded_answers_are_the_long_ones(shrunk_run
     assert summary["completion_bias_mean"] < -0.02
     # The summary's reward per hour is what the episodes earned over the run's simulated hours.
     episodes = _episodes(run_dir)
-    hours = 3 * 0.01
+    hours = 3 * SHRINK_PHASE_H
     assert summary["reward_per_hour"] == pytest.approx(math.fsum(e["reward"] for e in episodes) / hours, rel=1e-12)
     curve = reward_rate_curve(episodes)
     assert curve[-1][1] == pytest.approx(math.fsum(e["reward"] for e in episodes) / curve[-1][0], rel=1e-12)
@@ -314,7 +315,7 @@ def test_the_critic_charged_in_parallel_costs_two_passes_instead_of_three(shrunk
 def test_a_synchronous_arm_only_trains_on_the_current_weights(recipe, shrunk_config):
     """Every action token of every consumed episode carries the learner's version at the update (read
     from the tokens, not from the runtime's staleness), 8 per update, and the bias is exactly 0."""
-    config = shrunk_config(recipe, 0)
+    config = shrunk_config(recipe, 0, LONGER)  # SHRINK's 54 s: 3 updates, sync_sao's all critic warm-up
     scenario = Scenario(config.env, seed=config.seed)
     agent = build_agent(config, scenario, show_progress=False)
     seen, records = [], []

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import _shrunk_config
+from conftest import LONGER, _shrunk_config
 from sao_env.benchmarks.metrics import avg_at_k, summarize_scores
 from sao_env.runtime import checkpoint as ckpt
 from sao_env.runtime.checkpoint import CheckpointEvery
@@ -167,7 +167,7 @@ class _FixedUniform:
 def _drift_scenario(transition_h: float):
     from sao_env.scenario import Scenario
 
-    config = _shrunk_config("grpo", 0, (f"env.phases.1.transition_h={transition_h}",))
+    config = _shrunk_config("grpo", 0, (*LONGER, f"env.phases.1.transition_h={transition_h}"))  # phases of 36 s
     return Scenario(config.env, seed=0)
 
 

@@ -4,7 +4,7 @@ in flight again, and ends with each completed episode in episodes.jsonl once and
 consistent; the killed driver's Ray processes do not outlive it.
 
 Each backend is run once (module fixture): ``sao-env run`` as its own process on the shrunken
-style-drift scenario at ``time_scale`` 0.05 (108 scenario seconds, about 5 s of wall clock),
+style-drift scenario with ``LONGER`` phases at ``time_scale`` 0.05 (108 scenario seconds, about 5 s of wall clock),
 checkpointing every 2 updates, SIGKILLed once it has logged an update past the scenario's middle,
 then resumed by a second process.
 """
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shrink_overrides
+from conftest import LONGER, shrink_overrides
 from sao_env.runtime import checkpoint as ckpt
 
 G = 4
 """grpo's group size (agents/grpo.yaml)."""
 HALF = 54.0
-"""The shrunken scenario's middle, in scenario seconds (3 phases of 36 s)."""
+"""The run's middle, in scenario seconds (3 ``LONGER`` phases of 36 s)."""
 
 
 def _argv(out: Path, backend: str) -> list[str]:
@@ -36,7 +36,7 @@ def _argv(out: Path, backend: str) -> list[str]:
     if backend == "ray":
         extra += ["agent.runtime.ray_num_cpus=2", "agent.runtime.workers=1"]  # one actor: its start is most of the cost
     return [sys.executable, "-m", "sao_env.cli", "run", "--agent", "grpo", "--out", str(out), "--checkpoint-every", "2u",
-            *shrink_overrides("grpo", extra)]
+            *shrink_overrides("grpo", [*LONGER, *extra])]
 
 
 def _lines(path: Path) -> list[dict]:

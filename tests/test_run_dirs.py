@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -212,7 +213,7 @@ def _tmpfs(path: Path, size: str, *options: str):
 
 
 def test_a_full_small_tmpfs_mid_run_is_one_line_naming_the_path(capsys, tmp_path):
-    with _tmpfs(tmp_path / "small", "64k") as disk:
+    with _tmpfs(tmp_path / "small", "32k") as disk:
         out = disk / "run"
         line = _one_error(capsys, ["run", "--agent", "running_mean", "--out", str(out), *SHRINK])
         assert f"cannot write {out}/" in line and line.endswith("No space left on device"), line
@@ -260,3 +261,26 @@ def test_a_directory_made_read_only_mid_run_is_one_line_and_leaves_no_summary(ca
         assert f"cannot write {out}/" in line
         assert "Read-only file system" in line or "Permission denied" in line
         assert not (out / "summary.json").exists() and (out / "metrics.jsonl").stat().st_size > 0
+
+
+def test_a_full_disk_at_the_final_policy_is_the_systems_words_like_every_other_write(monkeypatch, tmp_path):
+    """safetensors reports a failed write as its own error type, naming the OS error at the end of its message: the
+    line says what the system says, as a failed log or checkpoint write does."""
+    from safetensors import SafetensorError
+
+    from sao_env.experiment.run import save_final
+
+    def full_disk(folder, *args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    agent = SimpleNamespace(policy=SimpleNamespace(save_pretrained=full_disk), tokenizer=None)
+    final = tmp_path / "checkpoints" / "final"
+    final.parent.mkdir()
+    with pytest.raises(UserError) as err:
+        save_final(agent, final)
+    assert str(err.value) == f"cannot write {final.parent}/.final.tmp{os.getpid()}: No space left on device"
+    assert list(final.parent.iterdir()) == []  # nothing half-written left behind
+    other = SafetensorError("header too large")
+    agent.policy.save_pretrained = lambda *a, **k: (_ for _ in ()).throw(other)
+    with pytest.raises(UserError, match=r"\.final\.tmp\d+: header too large$"):
+        save_final(agent, final)

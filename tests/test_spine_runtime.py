@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from conftest import LONGER
 
 from sao_env.experiment import run_experiment
 from sao_env.policy.generate import sample
@@ -184,7 +185,7 @@ def test_buffer_smaller_than_a_batch_is_rejected_up_front(shrunk_run):
 
 
 def test_buffer_of_exactly_one_batch_does_not_deadlock(shrunk_run):
-    run_dir, summary = shrunk_run("grpo", 0, ("agent.runtime.buffer_capacity=8",))
+    run_dir, summary = shrunk_run("grpo", 0, (*LONGER, "agent.runtime.buffer_capacity=8"))  # 12 updates, not 6
     lines = updates(run_dir)
     assert len(lines) >= 5
     assert summary["dropped"] == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import shrink_overrides
+from conftest import SHRINK_PHASE_H, shrink_overrides
 from sao_env import sweep as sweep_module
 from sao_env.cli import main
 from sao_env.errors import UserError
@@ -115,9 +115,9 @@ def test_sweep_on_a_tiny_cut_table_ranking_markdown_and_reuse(monkeypatch, tmp_p
         assert row["code_version"] == "000000000000"  # the commit, 12 hex digits
         assert summary["seed"] == row["seed"]
     # SAO's nominal batch is 8 episodes; an update takes at least that many (more when groups about to
-    # exceed the staleness bound are flushed into it), so the mean sits at 8 or a little above.
+    # exceed the staleness bound are flushed into it), so the mean sits at 8 or a little above (some 10 updates here).
     assert set(table["episodes_per_update_nominal"]) == {8}
-    assert all(8 <= x < 9 for x in table["episodes_per_update"]), list(table["episodes_per_update"])
+    assert all(8 <= x <= 9 for x in table["episodes_per_update"]), list(table["episodes_per_update"])
     # The two learning rates lead to different runs.
     assert table.loc[0, "online_reward"] != table.loc[2, "online_reward"]
 
@@ -130,7 +130,7 @@ def test_sweep_on_a_tiny_cut_table_ranking_markdown_and_reuse(monkeypatch, tmp_p
     text = md.read_text()
     assert "2 trials x 2 seeds = 4 runs" in text
     assert "`agent.hparams.lr` in {1e-4, 1e-3} (recipe: 0.0001)" in text
-    assert "`env.phases.0.duration_h=0.01`" in text
+    assert f"`env.phases.0.duration_h={SHRINK_PHASE_H}`" in text
     assert sweep_command(planned) in text and "--grid agent.hparams.lr=1e-4,1e-3" in sweep_command(planned)
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`agent.hparams.lr=" in line]
     assert [r.split(" | ")[1] for r in rows] == [str(t) for t in ranked["trial"]]

@@ -377,7 +377,8 @@ def test_grid_dry_run_says_the_ledger_is_of_other_code_and_what_the_runs_cost(tm
                              "src.0123456789ab (3 runs); this code is src.")
     assert f"({folder / 'README.md'} says which commit and versions made them)" in out[3]
     assert "add --tables-only" in out[3]
-    assert out[4] == (f"cost: 4 runs, 0.12 simulated hours; about 0.06 core-hours, 2 min at --jobs 2 (style-drift: "
+    # 4 runs of 3 phases of 0.005 h = 0.06 h; at 1,800 s per simulated hour 108 core-s (0.03 h), 54 s on 2 jobs
+    assert out[4] == (f"cost: 4 runs, 0.06 simulated hours; about 0.03 core-hours, 1 min at --jobs 2 (style-drift: "
                       f"1,800 s per simulated hour, the median of 1 finished run under {runs / 'style-drift'}; "
                       "a warm start not cached yet adds its training)")
     assert sum("the ledger lists it made by other code (src.0123456789ab)" in line for line in out) == 3

@@ -44,6 +44,7 @@ import copy
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -464,6 +465,17 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: Json
     return state, runtime, evals, rewards, masked
 
 
+def write_failure_reason(err: Exception) -> str:
+    """One line for a failed write that a library reports as its own error type: the system's words where it
+    names an OS error (safetensors: ``Error while serializing: I/O error: No space left on device (os error
+    28)`` -> ``No space left on device``, as the run's other writes say it), else its first line."""
+    text = str(err).strip()
+    code = re.search(r"\(os error (\d+)\)", text)
+    if code:
+        return os.strerror(int(code.group(1)))
+    return (text.splitlines() or [type(err).__name__])[0][:160]
+
+
 def save_final(agent: Agent, final: Path) -> None:
     """Save the policy and tokenizer to a temporary folder, then rename it to ``final``."""
     tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
@@ -476,8 +488,7 @@ def save_final(agent: Agent, final: Path) -> None:
             except OSError:
                 raise
             except Exception as err:  # noqa: BLE001  (safetensors reports a failed write as its own error type)
-                reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-                raise UserError(f"cannot write {tmp}: {reason}") from None
+                raise UserError(f"cannot write {tmp}: {write_failure_reason(err)}") from None
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
