@@ -69,12 +69,12 @@ demo: $(STAMP)
 ## at the end, so that a CI log says where the time went.
 WORKERS := auto
 test: $(TESTS)
-	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --durations=15
+	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 ## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs, real-time
 ## backends, worker pools, sweeps)
 test-fast: $(TESTS)
-	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow"
+	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 ## make bench: print the benchmark figures (speed, throughput)
 bench: $(TESTS)

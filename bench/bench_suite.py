@@ -1,6 +1,6 @@
 """Where the test suite's time goes: ``make test``'s pytest command with a timeline of every test.
 
-    python bench/bench_suite.py [-- PYTEST ARGS]     (default: -q -n 2 --dist loadfile, as make test)
+    python bench/bench_suite.py [-- PYTEST ARGS]     (default: -q -n 2 --dist loadfile --no-loadscope-reorder, as make test)
 
 Prints the wall time; the machine's CPU use over the run (sampled from /proc/stat each second), so that
 the seconds when a core sat idle show; each worker's start (collection) and end; per file, wall seconds
@@ -65,7 +65,7 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
 
 
 def main(argv: list[str]) -> int:
-    args = argv[argv.index("--") + 1:] if "--" in argv else ["-q", "-n", "2", "--dist", "loadfile"]
+    args = argv[argv.index("--") + 1:] if "--" in argv else ["-q", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
     timeline = Path(tempfile.mkdtemp(prefix="sao-suite-")) / "timeline.jsonl"
     samples: list[tuple[float, float]] = []
     done = threading.Event()

@@ -25,6 +25,8 @@ import pytest
 from conftest import LONGER, shrink_overrides
 from sao_env.runtime import checkpoint as ckpt
 
+pytestmark = pytest.mark.slow  # two real-time runs and their resumes per backend: about a minute
+
 G = 4
 """grpo's group size (agents/grpo.yaml)."""
 HALF = 54.0
