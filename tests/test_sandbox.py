@@ -196,12 +196,12 @@ def test_a_process_that_leaves_the_session_dies_with_the_run(sandbox, tmp_path):
 
 @needs_bwrap
 def test_memory_bomb_fails_with_memory_reason(sandbox, tmp_path):
-    rss_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     result = py(sandbox, "blob = bytearray(4 * 1024**3)\nprint(len(blob))", tmp_path)
     assert result.returncode not in (0, None) and "memory" in result.reason
     assert "MemoryError" in result.stderr and result.stdout == ""
-    # no child ever held the 4 GiB: the peak RSS of any child stays far below it (KiB)
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss <= max(rss_before, 1 << 20)
+    # No child ever held the 4 GiB: the peak RSS of any reaped child (KiB) stays under 3 GiB. Not "at most the
+    # peak before": a process this worker forked earlier (1.2 GB, a fork of the worker) can be reaped meanwhile.
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 3 * (1 << 20)
 
 
 @needs_bwrap
