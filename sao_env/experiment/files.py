@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -22,6 +23,17 @@ def writing(path: Path) -> Iterator[None]:
         yield
     except OSError as err:
         raise UserError(f"cannot write {err.filename or path}: {err.strerror or err}") from None
+
+
+def write_failure_reason(err: Exception) -> str:
+    """One line for a failed write that a library reports as its own error type: the system's words where it
+    names an OS error (safetensors: ``Error while serializing: I/O error: No space left on device (os error
+    28)`` -> ``No space left on device``, as the run's other writes say it), else its first line."""
+    text = str(err).strip()
+    code = re.search(r"\(os error (\d+)\)", text)
+    if code:
+        return os.strerror(int(code.group(1)))
+    return (text.splitlines() or [type(err).__name__])[0][:160]
 
 
 def write_atomic(path: Path, text: str) -> None:

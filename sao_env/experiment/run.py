@@ -44,7 +44,6 @@ import copy
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import sys
@@ -63,7 +62,7 @@ from sao_env.evaluation.adaptation import adaptation_summary, credit_summary
 from sao_env.evaluation.critic_fit import critic_summary
 from sao_env.evaluation.heldout import EVAL_VERSION, evaluate_heldout
 from sao_env.experiment.config import RunConfig, build_agent, expand_config
-from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, writing
+from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, write_failure_reason, writing
 from sao_env.experiment.progress import RunProgress
 from sao_env.numerics import numerics_record
 from sao_env import provenance as provenance_of
@@ -463,17 +462,6 @@ def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: Json
     with RunProgress(show_progress, scenario, config) as report:
         state = runtime.run(progress=step)
     return state, runtime, evals, rewards, masked
-
-
-def write_failure_reason(err: Exception) -> str:
-    """One line for a failed write that a library reports as its own error type: the system's words where it
-    names an OS error (safetensors: ``Error while serializing: I/O error: No space left on device (os error
-    28)`` -> ``No space left on device``, as the run's other writes say it), else its first line."""
-    text = str(err).strip()
-    code = re.search(r"\(os error (\d+)\)", text)
-    if code:
-        return os.strerror(int(code.group(1)))
-    return (text.splitlines() or [type(err).__name__])[0][:160]
 
 
 def save_final(agent: Agent, final: Path) -> None:
