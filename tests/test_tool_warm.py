@@ -3,6 +3,7 @@ other, a call cannot take the server down for good, and remembered tool outputs 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -108,6 +109,47 @@ def test_killing_the_server_loses_one_call_and_the_next_gets_a_new_server(interp
     assert lost.returncode is None and lost.reason == warm.LOST and not lost.timed_out
     assert call(interpreter, "print(mul(2, 5))").stdout == "10\n"
     assert interpreter.starts == 2
+
+
+@needs_bwrap
+def test_a_server_that_never_started_stops_the_caller_and_a_later_failed_start_is_the_calls_reason(
+        interpreter, monkeypatch, tmp_path):
+    """No server yet: the sandbox is broken, not the call, so it raises (a run stops with one line) instead of
+    answering the model with the setup error; after one start, a failed restart is that call's reason."""
+    missing = tmp_path / "gone" / "python"
+    monkeypatch.setattr(LocalExecutor, "python", str(missing))
+    with pytest.raises(warm.SandboxBroken, match=f"prlimit: failed to execute {missing}: No such file or directory"):
+        call(interpreter, "print(1)")
+    assert interpreter.starts == 0
+    monkeypatch.undo()
+    assert call(interpreter, "print(mul(2, 4))").stdout == "8\n" and interpreter.starts == 1
+    interpreter.close()
+    monkeypatch.setattr(LocalExecutor, "python", str(missing))
+    failed = call(interpreter, "print(1)")
+    assert failed.returncode is None and failed.reason.startswith(f"sandbox setup failed: prlimit: failed to execute {missing}")
+
+
+DOTDOT = """import sys
+from sao_env.tasks.tool_math import run_tool_call
+assert "/../" in sys.executable, sys.executable
+print(run_tool_call("v1", "print(add(20, 22))"))
+"""
+
+
+@needs_bwrap
+def test_an_interpreter_started_by_a_path_through_dotdot_runs_tool_calls(tmp_path):
+    """Python keeps the path it was started by: ``elsewhere/../.venv/bin/python`` names a folder that the
+    sandbox does not have (``elsewhere``), and every call failed setting up. The sandbox runs the venv's
+    interpreter from its folder's real path."""
+    import subprocess
+    import sys
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    started_by = os.path.join("..", os.path.relpath(sys.executable, tmp_path))
+    done = subprocess.run([started_by, "-c", DOTDOT], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "42\n"
 
 
 @needs_bwrap

@@ -124,8 +124,10 @@ class LocalExecutor:
     runs (safe to share across threads): each run gets its own namespaces and tmpfs.
     """
 
-    python: str = sys.executable
-    """The interpreter a tool should run inside this sandbox (the venv's)."""
+    python: str = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+    """The interpreter a tool should run inside this sandbox: the venv's, in its folder's real path. Python
+    keeps the path it was started by (``/work/run/../venv/bin/python``), and ``/work/run`` is not in the
+    sandbox; the file name is kept, a venv's link to its base interpreter."""
 
     def __init__(self, limits: Limits = Limits(), *, network: bool = False, use_bwrap: bool = True,
                  require_isolation: bool = False, ro_paths: Sequence[Path | str] = ()):
@@ -336,7 +338,7 @@ class LocalExecutor:
 # --- helpers ----------------------------------------------------------------------------------
 
 def _sandbox_path() -> str:
-    folders = [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
+    folders = [os.path.dirname(LocalExecutor.python), "/usr/local/bin", "/usr/bin", "/bin"]
     return ":".join(dict.fromkeys(folders))
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sao_env.errors import UserError
 from sao_env.sandbox.base import Capture, ExecResult, classify, one_line, sandbox_env
 from sao_env.sandbox.local import ISOLATED, SANDBOX_UID, LocalExecutor, _hand_over
 
@@ -49,6 +50,13 @@ REPLY_GRACE_S = 10.0
 LOST = "sandbox worker lost"
 
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sao-warm-start")
+
+
+class SandboxBroken(UserError):
+    """A warm interpreter's first server did not start: the machine's sandbox is broken, not the model's
+    call (which has not run yet). Raised rather than returned, so that a run stops with one line instead of
+    grading every call as the model's failure. A later start that fails (after a call killed the server)
+    is returned as the call's ``reason``, as before: the sandbox worked, the call may have broken it."""
 
 
 def available(executor: LocalExecutor) -> bool:
@@ -79,7 +87,7 @@ class WarmInterpreter:
         self.env = dict(env or {})
         sandbox_env(path="", home="", extra=self.env)  # refuse secrets now
         self.starts = 0
-        """Servers started so far (1 unless a call killed one)."""
+        """Servers started and ready so far (1 unless a call killed one)."""
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._proc: subprocess.Popen | None = None
@@ -100,6 +108,9 @@ class WarmInterpreter:
         with self._lock:
             started = time.monotonic()
             error = self._ensure_started()
+            if error is not None and self.starts == 0:
+                raise SandboxBroken(f"the sandbox's interpreter does not start here ({error}); stopping rather "
+                                    f"than grade every call as the model's failure")
             if error is not None:
                 return ExecResult(None, "", "", False, error, time.monotonic() - started, False)
             assert self._run is not None
@@ -174,7 +185,6 @@ class WarmInterpreter:
             stderr.close()
             self.close_locked()
             return f"sandbox unavailable: {one_line(exc)}"
-        self.starts += 1
         setup = {"preload": list(self.preload), "library": str(self._lib),
                  "output_bytes": self.executor.limits.output_bytes, "keep": [str(self._lib), str(self._run)]}
         reply = self._exchange(setup, START_TIMEOUT_S)
@@ -186,6 +196,7 @@ class WarmInterpreter:
             self.close_locked()
             return f"sandbox setup failed: {one_line(detail)}"
         stderr.close()
+        self.starts += 1
         return None
 
     def _exchange(self, message: dict, timeout_s: float) -> dict | str:
@@ -271,6 +282,13 @@ def _after_fork_in_child() -> None:
     """A forked harness starts its own servers (and its own starter thread, which fork does not copy)."""
     global _SPAWNER, _pools_lock
     _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sao-warm-start")
+
+
+class SandboxBroken(UserError):
+    """A warm interpreter's first server did not start: the machine's sandbox is broken, not the model's
+    call (which has not run yet). Raised rather than returned, so that a run stops with one line instead of
+    grading every call as the model's failure. A later start that fails (after a call killed the server)
+    is returned as the call's ``reason``, as before: the sandbox worked, the call may have broken it."""
     _pools_lock = threading.Lock()
     _pools.clear()
 
