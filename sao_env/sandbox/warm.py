@@ -282,13 +282,6 @@ def _after_fork_in_child() -> None:
     """A forked harness starts its own servers (and its own starter thread, which fork does not copy)."""
     global _SPAWNER, _pools_lock
     _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sao-warm-start")
-
-
-class SandboxBroken(UserError):
-    """A warm interpreter's first server did not start: the machine's sandbox is broken, not the model's
-    call (which has not run yet). Raised rather than returned, so that a run stops with one line instead of
-    grading every call as the model's failure. A later start that fails (after a call killed the server)
-    is returned as the call's ``reason``, as before: the sandbox worked, the call may have broken it."""
     _pools_lock = threading.Lock()
     _pools.clear()
 
