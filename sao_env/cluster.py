@@ -164,6 +164,7 @@ def _make(plan: Any, node_out: Path, code: dict, expect: str | None, options: di
     """A task's body, on a node: make (or resume, or find finished) the run at ``node_out``; return its
     summary, seconds, node, per-seed row (``row(node_plan)``) and, with ``ship``, the packed folder."""
     from sao_env.experiment import MadeElsewhere, reuse_check, run_plan
+    from sao_env.experiment.drivers import close_sandboxes
     from sao_env.provenance import code_key, code_version
 
     node = socket.gethostname()
@@ -177,7 +178,10 @@ def _make(plan: Any, node_out: Path, code: dict, expect: str | None, options: di
 
         summary, seconds = MadeElsewhere(json.loads((mine.out / "summary.json").read_text())), 0.0
     else:
-        summary, seconds = run_plan(mine, code=code, show_progress=False, **options)
+        try:
+            summary, seconds = run_plan(mine, code=code, show_progress=False, **options)
+        finally:
+            close_sandboxes()
     return {"summary": summary, "seconds": seconds, "node": node, "row": row(mine) if row is not None else None,
             "folder": pack(mine.out) if ship else None}
 

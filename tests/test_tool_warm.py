@@ -275,3 +275,30 @@ def test_a_forked_harness_starts_its_own_server_and_leaves_the_parents_alone(int
     os.waitpid(pid, 0)
     assert answer == "20\n81|2"
     assert call(interpreter, "print(mul(5, 5))").stdout == "25\n" and interpreter.starts == 1
+
+
+@needs_bwrap
+def test_a_pool_workers_run_stops_its_sandbox_servers_and_removes_their_folders(monkeypatch):
+    """A pool's worker ends with ``os._exit`` (no ``atexit``): the run's servers go when the run ends, not with
+    the process, else each worker of a ``--jobs 2`` grid left its servers' folders in /tmp."""
+    from sao_env.experiment import drivers
+
+    def a_run_that_calls_the_tool(plan, **options):
+        assert run_tool_call("v1", "print(mul(6, 7))") == "42"
+        return {"online_reward": 1.0}, 0.0
+
+    tool_math.clear_tool_cache()
+    monkeypatch.setattr(drivers, "run_plan", a_run_that_calls_the_tool)
+    monkeypatch.setattr(drivers, "_STOP", None)
+    with monkeypatch.context() as patch:
+        patch.setattr(drivers.signal, "signal", lambda *args: None)  # this process's handlers stay as they are
+        assert drivers._run_in_worker(None) == ({"online_reward": 1.0}, 0.0)
+    assert not warm._pools
+    tool_math.clear_tool_cache()
+    pool = tool_math._warm_pool("v1")
+    assert run_tool_call("v1", "print(mul(2, 3))") == "6"
+    interpreters = list(pool._all)
+    folders = [folder for i in interpreters for folder in (i._lib, i._run)]
+    assert folders and all(f.is_dir() for f in folders)
+    drivers.close_sandboxes()
+    assert not any(f.exists() for f in folders) and not any(i.alive for i in interpreters)

@@ -89,6 +89,17 @@ def _run_in_worker(plan: RunPlan, **options: Any) -> tuple[dict, float] | None:
     finally:
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
+        close_sandboxes()
+
+
+def close_sandboxes() -> None:
+    """Stop the run's warm sandbox servers and remove their folders, in a process that outlives the run
+    without exiting normally: a pool's worker ends with ``os._exit`` and a Ray worker is killed, so the
+    ``atexit`` that does it in a command's own process never runs there (a grid at ``--jobs 2`` left two
+    folders in /tmp per worker process)."""
+    from sao_env.sandbox import warm
+
+    warm.close_all()
 
 
 class RunsInterrupted(RunInterrupted):
