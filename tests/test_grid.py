@@ -435,11 +435,14 @@ def test_tables_only_writes_the_finished_rows_from_the_ledger_and_names_the_rest
     assert "Provisional: the rows not yet finished are left out: running mean (2 of 4 runs)." in maps.maps_section(tmp_path)
     assert (part / LEDGER).read_text() == "".join(half)  # read, never written
     from sao_env.leaderboard.summary import grid_lines
+    pd.DataFrame({"id": ["P1", "P2", "P3", "P4"], "verdict": ["not resolved", "held", "failed", "held"]}).to_csv(
+        whole / "verdict.csv", index=False)
     listed = {line.split("|")[5].strip().split("](")[1].split("/")[0]: line for line in grid_lines(tmp_path)
               if line.startswith("| tiny grid")}
     assert listed["part"].endswith("| 1 x 2 x 2 | grpo | sign-flip | [style-drift](part/style-drift.md) (provisional: "
-                                   "running mean 2 of 4 runs left out) |")
-    assert listed["whole"].endswith("| 2 x 2 x 2 | grpo | sign-flip | [style-drift](whole/style-drift.md) |")
+                                   "running mean 2 of 4 runs left out) | none |")
+    assert listed["whole"].endswith("| 2 x 2 x 2 | grpo | sign-flip | [style-drift](whole/style-drift.md) | "
+                                    "[2 held, 1 failed, 1 not resolved](whole/verdict.md) |")
     assert "left out: running mean (2 of 4 runs)" in (part / "grid.log").read_text()
 
     capsys.readouterr()

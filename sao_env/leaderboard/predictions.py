@@ -264,6 +264,14 @@ def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, pe
     return "\n".join(lines) + "\n"
 
 
+def verdict_counts(path: Path) -> str:
+    """``"2 held, 8 not resolved"``: a written ``verdict.csv``'s verdicts counted, in the order held, failed,
+    not resolved, no data (the summary's grid table)."""
+    found = pd.read_csv(path)["verdict"].tolist()
+    counts = {k: found.count(k) for k in ("held", "failed", "not resolved", "no data")}
+    return ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+
+
 def _p(p: float) -> str:
     if p is None or not math.isfinite(p):
         return "—"

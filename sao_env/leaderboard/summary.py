@@ -334,22 +334,26 @@ def tuning_lines(folder: Path) -> list[str]:
 
 def grid_lines(folder: Path) -> list[str]:
     """Markdown lines: every grid's outputs under ``folder`` (``*/grid.json``, and ``tuning/*/grid.json``
-    for the tuning grids) with its title, size, test and links to its tables and its written reading."""
+    for the tuning grids) with its title, size, test, links to its tables and its written reading, and the
+    count of its pre-registered predictions' verdicts (``verdict.csv``, linking ``verdict.md``)."""
     import json
+
+    from sao_env.leaderboard.predictions import VERDICT_CSV, VERDICT_MD, verdict_counts
 
     found = sorted(Path(folder).glob("*/grid.json")) + sorted(Path(folder).glob("tuning/*/grid.json"))
     if not found:
         return []
     lines = ["## Grids", "", "Grids of whole experiments (`sao-env grid`), each paired by seed with its baseline row; "
              "the site's \"Maps\" section shows those directly under this folder.", "",
-             "| grid | rows x points x seeds | baseline | test | tables |", "|---|---|---|---|---|"]
+             "| grid | rows x points x seeds | baseline | test | tables | pre-registered predictions |",
+             "|---|---|---|---|---|---|"]
     for manifest_path in found:
         where = manifest_path.parent
         rel = where.relative_to(folder).as_posix()
         try:
             m = json.loads(manifest_path.read_text())
         except (OSError, ValueError):
-            lines.append(f"| `{rel}/` | grid.json unreadable | | | |")
+            lines.append(f"| `{rel}/` | grid.json unreadable | | | | |")
             continue
         points = 1
         for values in (m.get("axis_values") or {}).values():
@@ -361,8 +365,10 @@ def grid_lines(folder: Path) -> list[str]:
         if m.get("left_out") and tables:
             tables += " (provisional: " + ", ".join(f"{label} {done} of {total}" for label, (done, total)
                                                     in m["left_out"].items()) + " runs left out)"
+        verdicts = where / VERDICT_CSV
+        predictions = f"[{verdict_counts(verdicts)}]({rel}/{VERDICT_MD})" if verdicts.is_file() else "none"
         lines.append(f"| {title} | {len(m.get('rows', []))} x {points} x {len(m.get('seeds', []))} | {m.get('baseline')} | "
-                     f"{m.get('test', 'sign-flip')} | {tables or 'not made yet'} |")
+                     f"{m.get('test', 'sign-flip')} | {tables or 'not made yet'} | {predictions} |")
     return lines + [""]
 
 
