@@ -96,10 +96,10 @@ def close_sandboxes() -> None:
     """Stop the run's warm sandbox servers and remove their folders, in a process that outlives the run
     without exiting normally: a pool's worker ends with ``os._exit`` and a Ray worker is killed, so the
     ``atexit`` that does it in a command's own process never runs there (a grid at ``--jobs 2`` left two
-    folders in /tmp per worker process)."""
-    from sao_env.sandbox import warm
-
-    warm.close_all()
+    folders in /tmp per worker process). A run that made no sandboxed call imported none of it."""
+    warm = sys.modules.get("sao_env.sandbox.warm")
+    if warm is not None:
+        warm.close_all()
 
 
 class RunsInterrupted(RunInterrupted):
