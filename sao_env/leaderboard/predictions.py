@@ -259,17 +259,20 @@ def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, pe
     if whys:
         lines += ["", "Why each was predicted (as written before the runs):", ""]
         lines += [f"- {v.prediction.id}: {v.prediction.why}" for v in whys]
-    counts = {k: sum(1 for v in found if v.verdict == k) for k in ("held", "failed", "not resolved", "no data")}
-    lines += ["", "Of " + str(m) + " predictions: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + "."]
+    lines += ["", f"Of {m} predictions: {count_verdicts(v.verdict for v in found)}."]
     return "\n".join(lines) + "\n"
 
 
-def verdict_counts(path: Path) -> str:
-    """``"2 held, 8 not resolved"``: a written ``verdict.csv``'s verdicts counted, in the order held, failed,
-    not resolved, no data (the summary's grid table)."""
-    found = pd.read_csv(path)["verdict"].tolist()
+def count_verdicts(verdicts) -> str:
+    """``"2 held, 8 not resolved"``: verdicts counted, in the order held, failed, not resolved, no data."""
+    found = list(verdicts)
     counts = {k: found.count(k) for k in ("held", "failed", "not resolved", "no data")}
     return ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+
+
+def verdict_counts(path: Path) -> str:
+    """A written ``verdict.csv``'s verdicts counted (``count_verdicts``; the summary's grid table)."""
+    return count_verdicts(pd.read_csv(path)["verdict"])
 
 
 def _p(p: float) -> str:
