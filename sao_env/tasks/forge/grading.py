@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sao_env.sandbox import ExecResult, Executor, default_executor, warm
+from sao_env.tasks.forge import report
 from sao_env.tasks.forge.repo import list_files, write_files
 from sao_env.types import GradeResult, Task
 
@@ -147,13 +148,15 @@ def _warm_pytest() -> warm.WarmPool:
 
 
 def run_pytest(files: Mapping[str, str], targets: list[str], *, timeout_s: float,
-               executor: Executor | None = None, parent: Path | None = None) -> ExecResult:
+               executor: Executor | None = None, parent: Path | None = None,
+               extra_args: tuple[str, ...] = ()) -> ExecResult:
     """``python -m pytest -rA`` on ``targets`` in a fresh working copy of ``files``, in the sandbox.
 
     With ``executor`` None and bubblewrap here, a fork of a warm interpreter that imported pytest
     once runs it (0.2-0.3 s instead of 0.7-0.9 s; the same log but for object addresses); else a
-    fresh interpreter in a new folder under ``parent`` (removed afterwards)."""
-    argv = ["-m", "pytest", *PYTEST_ARGS, *targets]
+    fresh interpreter in a new folder under ``parent`` (removed afterwards). ``extra_args`` go before
+    the targets (the grader's ``-p`` reporter)."""
+    argv = ["-m", "pytest", *PYTEST_ARGS, *extra_args, *targets]
     if executor is None and warm.available(default_executor()) and _pytest_modules():
         return _warm_pytest().run(argv, files, timeout_s=timeout_s, env=PYTEST_ENV)
     executor = executor if executor is not None else default_executor()
@@ -268,32 +271,57 @@ def grade_files(reference: Mapping[str, Any], files: Mapping[str, str], *, timeo
 
     timeout_s = float(timeout_s if timeout_s is not None else reference.get("timeout_s", DEFAULT_TIMEOUT_S))
     tree = graded_tree(reference, files)
-    key = (reference["instance_id"], reference["base_commit"], digest(tree), timeout_s,
-           id(executor) if executor is not None else None)
-    cached = _recall(_grades, key)
+    key_ = (reference["instance_id"], reference["base_commit"], digest(tree), digest(files), timeout_s,
+            id(executor) if executor is not None else None)
+    cached = _recall(_grades, key_)
     if cached is not None:
         return cached
     tree_with_tests, error = with_test_patch(reference, tree, parent)
     if tree_with_tests is None:
-        return _remember(_grades, key, _failure(reference, "test-patch-not-applied", error=error))
+        return _remember(_grades, key_, _failure(reference, "test-patch-not-applied", error=error))
     f2p, p2p = list(reference["FAIL_TO_PASS"]), list(reference["PASS_TO_PASS"])
     targets = sorted({test.split("::")[0] for test in f2p + p2p})
-    result = run_pytest(tree_with_tests, targets, timeout_s=timeout_s, executor=executor, parent=parent)
-    statuses = _statuses(result.stdout)
-    report = get_eval_tests_report(statuses, {FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p})
-    resolution = get_resolution_status(report)
-    resolved = resolution == ResolvedStatus.FULL.value and not result.timed_out
+    instrumented, key = report.prepare(tree_with_tests)
+    result = run_pytest(instrumented, targets, timeout_s=timeout_s, executor=executor, parent=parent,
+                        extra_args=report.PYTEST_PLUGIN_ARGS)
+    verdict = report.judge(result, key)
+    # anything but a test the reporter saw pass counts as a failure (swebench counts SKIPPED as neither)
+    graded = {test: "PASSED" if verdict.statuses.get(test) == "PASSED" else "FAILED" for test in f2p + p2p}
+    resolution = get_resolution_status(get_eval_tests_report(graded, {FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p}))
+    resolved = resolution == ResolvedStatus.FULL.value and not result.timed_out and verdict.problem is None
     if result.timed_out:
         reason = "timeout"
     elif result.reason and result.reason.startswith("sandbox"):
         reason = f"sandbox-error: {result.reason}"
+    elif verdict.problem is not None:
+        reason = verdict.problem
     else:
         reason = "resolved" if resolved else "tests-failed"
     details = {"instance_id": reference["instance_id"], "resolved": resolved, "reason": reason,
-               "resolution": resolution,
-               "fail_to_pass": {test: statuses.get(test, "MISSING") for test in f2p},
-               "pass_to_pass": {test: statuses.get(test, "MISSING") for test in p2p}}
-    return _remember(_grades, key, GradeResult(1.0 if resolved else 0.0, details))
+               "resolution": resolution if verdict.problem is None else ResolvedStatus.NO.value,
+               "fail_to_pass": {test: _shown(verdict, test) for test in f2p},
+               "pass_to_pass": {test: _shown(verdict, test) for test in p2p}}
+    if verdict.problem is not None and reason == verdict.problem:
+        details["integrity"] = verdict.detail
+    ignored = ignored_edits(reference, files)
+    if ignored:
+        details["ignored_edits"] = ignored
+    return _remember(_grades, key_, GradeResult(1.0 if resolved else 0.0, details))
+
+
+def _shown(verdict: report.Verdict, test: str) -> str:
+    """A test's status in the details: UNTRUSTED for every test of a run whose report cannot be trusted."""
+    return "UNTRUSTED" if verdict.problem is not None else verdict.statuses.get(test, "MISSING")
+
+
+def ignored_edits(reference: Mapping[str, Any], files: Mapping[str, str]) -> list[str]:
+    """Paths outside the package that ``files`` adds, changes or removes: the graded tree takes the
+    instance's own there (tests, conftest files, pytest configuration), so the edit changed nothing;
+    the verdict records that it was tried."""
+    package = reference["package"] + "/"
+    base = {path: text for path, text in reference["files"].items() if not path.startswith(package)}
+    mine = {path: text for path, text in files.items() if not path.startswith(package)}
+    return sorted(path for path in set(base) | set(mine) if base.get(path) != mine.get(path))
 
 
 def grade_forge(task: Task, response: str) -> GradeResult:
