@@ -93,6 +93,31 @@ class ClusterFailed(UserError):
     """Runs that raised on the cluster (each reported as it failed); the others finished and were recorded."""
 
 
+class ClusterStopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped a command while its runs were on the cluster: ``(signal number, the
+    unfinished runs described)``; their tasks are cancelled. A KeyboardInterrupt, so that a command that
+    cleans up on Ctrl-C does the same here; with ``signal_name`` and ``exit_code``, as runs a local pool
+    stopped at their checkpoints, so that a command prints its one line with the command that resumes."""
+
+    @property
+    def signum(self) -> int:
+        return int(self.args[0])
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process the signal ended."""
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        runs = self.args[1]
+        return (f"{self.signal_name}: {len(runs)} run{'s' if len(runs) != 1 else ''} stopped on the cluster unfinished "
+                f"({'; '.join(runs)}); each resumes from its last checkpoint where its run directory is kept")
+
+
 def parse_resources(text: str | None) -> dict[str, float]:
     """``CPU=2,GPU=1,memory=4e9,big_disk=1`` -> what each run reserves (CPU 1 unless given)."""
     resources = {"CPU": 1.0}
@@ -201,8 +226,9 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
     finishes (``on_done(plan, summary, seconds, row)`` with ``rows``: per plan a picklable callable run on
     the node on the finished run, ``row(node_plan)``, whose value comes back). A run that raises is
     reported once (``report``, with ``describe(plan)``), the others go on, and ``ClusterFailed`` names
-    them at the end; an exception in ``on_done`` cancels the runs in flight and is raised. ``options``
-    go to ``run_plan`` (``checkpoint_every``)."""
+    them at the end; an exception in ``on_done`` cancels the runs in flight and is raised, and a signal
+    (SIGINT, SIGTERM) cancels them too and raises ``ClusterStopped`` naming the unfinished runs.
+    ``options`` go to ``run_plan`` (``checkpoint_every``)."""
     from sao_env import provenance
 
     if not plans:
@@ -240,6 +266,9 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
                     if on_done is not None:
                         args = (plan, result["summary"], result["seconds"])
                         on_done(*args, result["row"]) if rows is not None else on_done(*args)
+        except KeyboardInterrupt as err:
+            stopped = [f"{describe(plan)} {plan.out}" for plan in pending.values()]
+            raise ClusterStopped(getattr(err, "signum", signal.SIGINT), stopped) from err
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

@@ -35,6 +35,14 @@ def default_out(path: Path) -> Path:
     return Path("runs") / "grids" / name
 
 
+def cluster_options(cluster: str | None, resources: str | None, node_runs_dir: Path | None, ship: bool) -> list[str]:
+    """The ``--cluster`` options as given (none without ``--cluster``): what a resume command repeats."""
+    if cluster is None:
+        return []
+    return ["--cluster", cluster, *(["--run-resources", resources] if resources else []),
+            *(["--node-runs-dir", str(node_runs_dir)] if node_runs_dir is not None else []), *(["--ship-runs"] if ship else [])]
+
+
 def grid(
     path: Path = typer.Argument(..., help="The grid file (YAML: rows, scenarios, seeds, baseline; optional axes, cut, metric)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the tables, the figure and the log (default: runs/grids/NAME)."),
@@ -121,10 +129,11 @@ def grid(
         try:
             done = run_grid(planned, jobs=jobs or _cores(), code=code, skip_existing=skip_existing, report=report,
                             checkpoint_every=every, ledger=ledger, cluster=on_cluster)
-        except Exception as err:
-            if not hasattr(err, "exit_code") or not hasattr(err, "signal_name"):  # not a run stopped by a signal
+        except (Exception, KeyboardInterrupt) as err:  # a cluster's runs stopped by a signal: a KeyboardInterrupt
+            if not hasattr(err, "exit_code") or not hasattr(err, "signal_name"):  # not runs stopped by a signal
                 raise
-            report(f"sao-env: {err}; resume with: {command}")
+            resume = command + "".join(f" {shlex.quote(x)}" for x in cluster_options(cluster, run_resources, node_runs_dir, ship_runs))
+            report(f"sao-env: {err}; resume with: {resume}")
             raise SystemExit(err.exit_code) from None
         table = grid_table(planned, ledger=ledger, code=code)
         paths = write_grid(planned, table, out, command=command, figure=figure, lines=lines)

@@ -8,8 +8,6 @@ from typing import Optional
 
 import typer
 
-from sao_env.errors import UserError
-
 
 def register(app: typer.Typer) -> None:
     app.command("verdict")(verdict)
@@ -22,25 +20,16 @@ def verdict(
     partial: bool = typer.Option(False, "--partial", help="A map still running: a cell or row not yet in the table gives 'no data' (counted in Holm's family with p = 1) instead of an error."),
 ) -> None:
     """Read pre-registered predictions from a grid's per-seed table: each held, failed or not resolved (Holm over the file)."""
-    import pandas as pd
+    from sao_env.leaderboard.predictions import load_predictions, read_per_seed
+
+    spec = load_predictions(path)  # before pandas and scipy: a bad file is one line within about a second
+    per_seed = per_seed or path.parent / "per-seed.csv"
+    table = read_per_seed(per_seed, spec.metric)
 
     from sao_env.experiment import writing
-    from sao_env.grid import Ledger
-    from sao_env.leaderboard.predictions import (VERDICT_CSV, VERDICT_MD, load_predictions, verdict_markdown,
-                                                 verdict_table, verdicts)
+    from sao_env.leaderboard.predictions import VERDICT_CSV, VERDICT_MD, verdict_markdown, verdict_table, verdicts
 
-    spec = load_predictions(path)
-    per_seed = per_seed or path.parent / "per-seed.csv"
-    if not per_seed.is_file():
-        raise UserError(f"{per_seed}: no per-seed table (a grid writes per-seed.csv into its --out folder; name another with --per-seed)")
-    try:
-        table = pd.DataFrame(Ledger(per_seed).rows()) if per_seed.suffix == ".jsonl" else pd.read_csv(per_seed)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{per_seed}: not a readable table ({' '.join(str(err).split())})") from None
-    missing = {"scenario", "row", "seed"} - set(table.columns)
-    if missing:
-        raise UserError(f"{per_seed}: not a grid's per-seed table (no {', '.join(sorted(missing))} column)")
-    found = verdicts(table, spec, partial=partial)
+    found = verdicts(table, spec, partial=partial, source=str(per_seed))
     out = out or path.parent
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,12 @@ def write_table_outputs(csv_path: Path, leaderboard_dir: Path, *,
     return write_board(board, leaderboard_dir, generator=generator, plot_from=csv_path.with_name(f"{board.env}.png"))
 
 
+def left_out_text(left_out: list[tuple[Path, str]]) -> str:
+    """``1 run left out: runs/a/seed3 (evals.jsonl line 9 is cut off or not a JSON object)``."""
+    runs = f"{len(left_out)} run{'s' if len(left_out) != 1 else ''}"
+    return f"{runs} left out: " + "; ".join(f"{d} ({why})" for d, why in left_out)
+
+
 def rebuild(inputs: list[Path], leaderboard_dir: Path, *, generator: str = "`sao-env leaderboard`") -> list[Path]:
     """Rebuild scenario outputs and the site from ``inputs``: run directories, folders holding
     them (searched for ``summary.json``), per-seed or aggregated CSV tables, or a leaderboard
@@ -100,8 +106,15 @@ def rebuild(inputs: list[Path], leaderboard_dir: Path, *, generator: str = "`sao
             tables += own
     written = []
     by_env: dict[str, list[Path]] = {}
-    for summary in load_summaries(sorted(set(run_dirs))):
+    left_out: list[tuple[Path, str]] = []
+    for summary in load_summaries(sorted(set(run_dirs)), left_out):
         by_env.setdefault(str(summary.get("env")), []).append(Path(summary["run_dir"]))
+    if left_out and not by_env and not tables:
+        raise UserError(f"{left_out_text(left_out)}; no board written")
+    if left_out:
+        import sys
+
+        print(f"sao-env: warning: {left_out_text(left_out)}", file=sys.stderr)
     for env, dirs in sorted(by_env.items()):
         written.append(write_scenario_outputs(dirs, leaderboard_dir, env, generator=generator)["md"])
     for table in tables:

@@ -23,19 +23,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
-import numpy as np
-import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-from scipy import stats as sps
 
 from sao_env.errors import UserError
-from sao_env.leaderboard.stats import ALPHA, format_mde, holm, min_detectable_difference, min_seeds, sign_flip_pvalue
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 VERDICT_MD, VERDICT_CSV = "verdict.md", "verdict.csv"
 """What ``sao-env verdict`` writes beside the predictions file (a map's folder): the site shows the table."""
+ALPHA = 0.05
+"""The default level: ``stats.ALPHA``, named here so that reading a predictions file imports neither
+pandas nor scipy (a bad file is one line within about a second)."""
 
 
 class Contrast(BaseModel):
@@ -84,6 +85,13 @@ class Predictions(BaseModel):
     alpha: float = ALPHA
     predictions: list[Prediction]
 
+    @field_validator("alpha")
+    @classmethod
+    def _level(cls, alpha: float) -> float:
+        if not (math.isfinite(alpha) and 0 < alpha < 1):
+            raise ValueError(f"{alpha!r} is not a level: alpha must be finite, 0 < alpha < 1")
+        return alpha
+
     @field_validator("predictions")
     @classmethod
     def _unique(cls, items: list[Prediction]) -> list[Prediction]:
@@ -97,11 +105,16 @@ class Predictions(BaseModel):
 
 def load_predictions(path: Path) -> Predictions:
     """The predictions file at ``path``; a bad file is one ``UserError`` line."""
+    import yaml
+
+    from sao_env.specs import parse_yaml, read_spec_text
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such predictions file")
+    text = read_spec_text(path, "predictions")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(text)
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not YAML ({' '.join(str(err).split())})") from None
     try:
@@ -109,7 +122,63 @@ def load_predictions(path: Path) -> Predictions:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise UserError(f"{path}: {where}: {first['msg']}") from None
+        raise UserError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def read_per_seed(path: Path, metric: str) -> pd.DataFrame:
+    """A grid's per-seed table (``per-seed.csv``, or the ledger ``finished.jsonl`` of a map still
+    running), its seeds whole numbers and its ``metric`` numbers (empty where a run has none); anything
+    else is one ``UserError`` line naming the file, the place and the value."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no per-seed table (a grid writes per-seed.csv into its --out folder; name another with --per-seed)")
+    try:
+        if path.suffix == ".jsonl":
+            from sao_env.grid import Ledger
+
+            table = pd.DataFrame(Ledger(path).rows())
+        else:
+            table = pd.read_csv(path)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: not a readable table ({' '.join(str(err).split())})") from None
+    missing = {"scenario", "row", "seed"} - set(table.columns)
+    if missing:
+        raise UserError(f"{path}: not a grid's per-seed table (no {', '.join(sorted(missing))} column)")
+    table["seed"] = [_seed(value, path, i) for i, value in enumerate(table["seed"])]
+    if metric in table.columns:
+        table[metric] = [_number(value, path, i, metric) for i, value in enumerate(table[metric])]
+    return table
+
+
+def _place(path: Path, index: int) -> str:
+    """Where the table's row ``index`` is: a CSV's line (after its header), a ledger's record."""
+    return f"record {index + 1}" if path.suffix == ".jsonl" else f"line {index + 2}"
+
+
+def _seed(value, path: Path, index: int) -> int:
+    """A seed as an int; a seed that is empty or not a whole number is a ``UserError``."""
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not number.is_integer():
+            raise ValueError
+    except (TypeError, ValueError):
+        shown = "empty" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
+        raise UserError(f"{path}: {_place(path, index)}: the seed is {shown}, not a whole number") from None
+    return int(number)
+
+
+def _number(value, path: Path, index: int, metric: str) -> float:
+    """A metric's value as a float (NaN where the run has none); text that is not a number is a ``UserError``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return math.nan
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{path}: {_place(path, index)}: {metric} is {value!r}, not a number") from None
 
 
 @dataclass(frozen=True)
@@ -133,6 +202,8 @@ class Verdict:
 
     @property
     def mean(self) -> float:
+        import numpy as np
+
         return float(np.mean(self.diffs)) if self.diffs else math.nan
 
     @property
@@ -140,6 +211,9 @@ class Verdict:
         """Half-width of the 95 % Student-t interval of the mean difference (NaN below 2 seeds)."""
         if self.n < 2:
             return math.nan
+        import numpy as np
+        from scipy import stats as sps
+
         return float(sps.t.ppf(0.975, self.n - 1) * np.std(self.diffs, ddof=1) / math.sqrt(self.n))
 
     @property
@@ -156,12 +230,13 @@ def _values(per_seed: pd.DataFrame, cell: str, row: str, metric: str) -> dict[in
     return {int(s): float(v) for s, v in zip(mine["seed"], mine[metric]) if v is not None and math.isfinite(float(v))}
 
 
-def _check_names(per_seed: pd.DataFrame, spec: Predictions, partial: bool) -> None:
+def _check_names(per_seed: pd.DataFrame, spec: Predictions, partial: bool, source: str) -> None:
     if spec.metric not in per_seed.columns:
         raise UserError(f"the per-seed table has no column {spec.metric!r}")
     if partial:
         return
     cells, rows = set(per_seed["scenario"].astype(str)), set(per_seed["row"].astype(str))
+    pairs = set(zip(per_seed["scenario"].astype(str), per_seed["row"].astype(str)))
     for p in spec.predictions:
         for c in (p, p.minus) if p.minus else (p,):
             if c.cell not in cells:
@@ -169,6 +244,10 @@ def _check_names(per_seed: pd.DataFrame, spec: Predictions, partial: bool) -> No
             for row in c.rows:
                 if row not in rows:
                     raise UserError(f"prediction {p.id}: no row {row!r} in the per-seed table (rows: {', '.join(sorted(rows))})")
+                if (c.cell, row) not in pairs:
+                    there = sorted(r for cell, r in pairs if cell == c.cell)
+                    raise UserError(f"prediction {p.id}: no run of row {row!r} at cell {c.cell!r} in {source} "
+                                    f"(rows there: {', '.join(there)}); with --partial it has no data")
 
 
 def seed_differences(per_seed: pd.DataFrame, prediction: Prediction, metric: str) -> dict[int, float]:
@@ -183,13 +262,18 @@ def seed_differences(per_seed: pd.DataFrame, prediction: Prediction, metric: str
     return {s: sum(p[s] for p in parts) for s in sorted(seeds)}
 
 
-def verdicts(per_seed: pd.DataFrame, spec: Predictions, *, partial: bool = False) -> list[Verdict]:
+def verdicts(per_seed: pd.DataFrame, spec: Predictions, *, partial: bool = False,
+             source: str = "the per-seed table") -> list[Verdict]:
     """Every prediction of ``spec`` read from ``per_seed`` (a grid's per-seed table: scenario, row, seed
     and the metric's column), Holm over the family of all of them. A cell or row the table lacks is an
     error, unless ``partial`` (a map still running): then that prediction has no data and counts in
     the family with p = 1, so that a provisional reading is never corrected over fewer predictions than
-    the final one."""
-    _check_names(per_seed, spec, partial)
+    the final one. ``source`` names the table in errors."""
+    import numpy as np
+
+    from sao_env.leaderboard.stats import holm, min_detectable_difference, sign_flip_pvalue
+
+    _check_names(per_seed, spec, partial, source)
     diffs = [seed_differences(per_seed, p, spec.metric) for p in spec.predictions]
     ps = [sign_flip_pvalue(list(d.values()))[0] if d else math.nan for d in diffs]
     adjusted = holm([p if math.isfinite(p) else 1.0 for p in ps])
@@ -213,6 +297,8 @@ def verdicts(per_seed: pd.DataFrame, spec: Predictions, *, partial: bool = False
 def verdict_table(found: list[Verdict]) -> pd.DataFrame:
     """One row per prediction: what it says, n, the mean difference and its interval, p, Holm's p, the
     detectable difference and the verdict."""
+    import pandas as pd
+
     return pd.DataFrame([{
         "id": v.prediction.id, "prediction": v.prediction.text(), "n": v.n, "seeds": " ".join(map(str, v.seeds)),
         "mean": v.mean, "ci95_half_width": v.half_width, "seeds_agreeing": v.agreeing, "p": v.p, "p_holm": v.p_holm,
@@ -221,6 +307,8 @@ def verdict_table(found: list[Verdict]) -> pd.DataFrame:
 
 def verdict_display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """``verdict.csv`` (``verdict_table``) as the site's table: header and rows of text."""
+    from sao_env.leaderboard.stats import format_mde
+
     header = ["id", "prediction", "n", "mean ± 95% CI", "seeds agreeing", "p", "p (Holm)", "detectable", "verdict"]
     body = []
     for r in frame.itertuples(index=False):
@@ -234,6 +322,8 @@ def verdict_display(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, per_seed: str, command: str = "") -> str:
     """The verdicts as a page: the rule, then one row per prediction."""
+    from sao_env.leaderboard.stats import min_seeds
+
     m = len(found)
     ns = sorted({v.n for v in found if v.n})
     lines = [f"# {spec.title}: verdicts", "",
@@ -272,6 +362,8 @@ def count_verdicts(verdicts) -> str:
 
 def verdict_counts(path: Path) -> str:
     """A written ``verdict.csv``'s verdicts counted (``count_verdicts``; the summary's grid table)."""
+    import pandas as pd
+
     return count_verdicts(pd.read_csv(path)["verdict"])
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -162,14 +163,76 @@ def format_cell(mean: float, half: float, missed: int, seeds: int, column: str) 
 # ----------------------------------------------------------------------------- per-seed records
 
 
-def load_summaries(run_dirs: list[Path]) -> list[dict]:
-    """``summary.json`` of each finished run directory, with ``run_dir`` added."""
+def load_summaries(run_dirs: list[Path], left_out: list[tuple[Path, str]] | None = None) -> list[dict]:
+    """``summary.json`` of each finished run directory, with ``run_dir`` added. A run that ``read_run``
+    refuses is left out: appended to ``left_out`` as (run directory, why), or without that list said in
+    one line on stderr."""
     out = []
     for d in run_dirs:
-        path = Path(d) / "summary.json"
-        if path.is_file():
-            out.append(json.loads(path.read_text()) | {"run_dir": str(d)})
+        if not (Path(d) / "summary.json").is_file():
+            continue
+        try:
+            out.append(read_run(Path(d)))
+        except BadRun as err:
+            if left_out is None:
+                print(f"sao-env: warning: {d}: {err}; the run is left out of the board", file=sys.stderr)
+            else:
+                left_out.append((Path(d), str(err)))
     return out
+
+
+class BadRun(ValueError):
+    """A finished run's files that cannot be read whole (cut off, not JSON, a number that is not finite)."""
+
+
+RUN_LOGS = ("evals.jsonl", "episodes.jsonl")
+"""A run's logs that boards read, one JSON object a line."""
+
+
+def read_run(run_dir: Path) -> dict:
+    """``run_dir``'s summary with ``run_dir`` added, once its ``summary.json`` is a JSON object with an
+    agent, a finite sort key and no infinite number, and each line of ``RUN_LOGS`` it holds is a JSON
+    object; otherwise ``BadRun`` naming the file and the place."""
+    summary = _json(run_dir / "summary.json", "summary.json")
+    if not isinstance(summary, dict) or "agent" not in summary:
+        raise BadRun("summary.json is not a run's summary (a JSON object with its agent)")
+    for key, value in summary.items():
+        if isinstance(value, float) and (math.isinf(value) or (key == SORT_KEY and math.isnan(value))):
+            raise BadRun(f"summary.json: {key} is {value}, not a finite number")
+    for name in RUN_LOGS:
+        path = run_dir / name
+        if path.is_file():
+            _check_lines(path, name)
+    return summary | {"run_dir": str(run_dir)}
+
+
+def _json(path: Path, name: str):
+    """The JSON document at ``path``; ``BadRun`` when it is cut off or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise BadRun(f"{name} is cut off or not JSON at line {err.lineno}, column {err.colno}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadRun(f"{name} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+
+
+def _check_lines(path: Path, name: str) -> None:
+    """``BadRun`` naming the first line of ``path`` that is not a JSON object (a log cut off mid-line)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip() and not isinstance(_line(line), dict):
+                    raise BadRun(f"{name} line {number} is cut off or not a JSON object")
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadRun(f"{name} cannot be read ({getattr(err, 'strerror', None) or err})") from None
+
+
+def _line(text: str):
+    """The JSON value of one line, or None where it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def scenario_facts(spec_env: dict) -> dict[str, Any]:
