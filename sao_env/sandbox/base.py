@@ -9,9 +9,13 @@ from __future__ import annotations
 import math
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+
+DISK_LIMIT = "disk limit"
+"""``ExecResult.reason`` of a run that filled its capped working copy."""
 
 
 @dataclass(frozen=True)
@@ -21,8 +25,9 @@ class ExecResult:
     ``returncode`` follows ``subprocess``: the exit status, ``-N`` when killed by signal N, and
     ``None`` when the sandbox killed the run on its wall-clock timeout (or could not start it).
     ``reason`` is set when the sandbox, not the program, decided the outcome (or explains it):
-    "timeout", "memory limit", "cpu time limit", "file size limit", "killed by signal N",
-    "output truncated", "command not found", "sandbox setup failed: ...",
+    "timeout", "memory limit", "cpu time limit", "file size limit", "disk limit" (the working
+    copy filled its ``Limits.workdir_mb``: a failed run whatever its exit status, ``ok`` is False),
+    "killed by signal N", "output truncated", "command not found", "sandbox setup failed: ...",
     "sandbox unavailable: ...", "sandbox worker lost" (a warm interpreter's server died during
     the call, see ``warm.py``); ``None`` for an ordinary exit, whatever its status.
     """
@@ -38,12 +43,13 @@ class ExecResult:
     @property
     def ok(self) -> bool:
         """Exited with status 0 inside its limits (output may still be truncated)."""
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.reason != DISK_LIMIT
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run; each applies per process inside the sandbox (rlimits)."""
+    """Resource limits of one run: per process inside the sandbox (rlimits), but for the sizes of
+    /tmp and of the working copy (tmpfs), which hold for the run as a whole."""
 
     cpu_s: int | None = None
     """CPU seconds per process (RLIMIT_CPU); None: ceil(timeout_s) + 1, so never above the wall clock."""
@@ -59,6 +65,10 @@ class Limits:
     """Bytes kept of stdout and of stderr each; the rest is read and discarded (truncated=True)."""
     tmpfs_mb: int = 256
     """Size of the private /tmp and /dev/shm (bubblewrap and Docker only): tmpfs is RAM."""
+    workdir_mb: int | None = 256
+    """MiB a run may add to its working copy, all files together (and 64 new files or folders per
+    MiB): the copy runs on a tmpfs of its own size plus this, so it is RAM while the run lasts.
+    Needs the harness to run as root (it mounts the tmpfs); None: no cap."""
 
     def cpu_seconds(self, timeout_s: float) -> int:
         return self.cpu_s if self.cpu_s is not None else math.ceil(timeout_s) + 1
@@ -154,6 +164,14 @@ def classify(returncode: int | None, *, timed_out: bool, stderr: Capture, trunca
     if truncated:
         return "output truncated"
     return None
+
+
+def at_disk_limit(result: ExecResult) -> ExecResult:
+    """``result`` of a run that filled its capped working copy, with reason "disk limit" (a timeout
+    or a sandbox failure keeps its reason: it says more)."""
+    if result.timed_out or (result.reason or "").startswith("sandbox"):
+        return result
+    return replace(result, reason=DISK_LIMIT)
 
 
 def one_line(exc: BaseException | str, width: int = 200) -> str:

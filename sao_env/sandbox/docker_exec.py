@@ -105,7 +105,8 @@ class DockerExecutor:
 
     Limits: memory (``mem_limit``, default ``Limits.memory_mb``, no swap), processes
     (``Limits.nproc`` as the pids cgroup limit), CPUs (``cpus``), open files / file size / CPU time /
-    core as ulimits, a read-only root file system with a size-capped /tmp tmpfs (and /dev/shm),
+    core as ulimits, a read-only root file system with a size-capped /tmp tmpfs (and /dev/shm), the
+    working copy on a tmpfs capped at ``Limits.workdir_mb`` more than it holds (as root, see ``WorkdirCap``),
     all capabilities dropped, no-new-privileges, no network unless asked, the wall clock (the
     container is killed). The command runs as uid/gid 65534 when the harness is root (the working
     copy is handed to it first, as under bubblewrap), else as the caller's ids. Output is capped
@@ -144,16 +145,35 @@ class DockerExecutor:
     def __repr__(self) -> str:
         return f"DockerExecutor(image={self.image!r}, mem_limit={self.mem_limit!r}, limits={self.limits})"
 
+    @property
+    def _hands_over(self) -> bool:
+        """The working copy is handed to the sandbox user (root harness, default user)."""
+        return os.geteuid() == 0 and self.user == SANDBOX_USER
+
     def run(self, argv: list[str], *, workdir: Path, timeout_s: float,
             env: dict[str, str] | None = None) -> ExecResult:
         """Run ``argv`` in a new container of ``image``; ``workdir`` is mounted read-write at ``mount``."""
+        from sao_env.sandbox.local import SANDBOX_UID, WorkdirCap, _checked_workdir
+
         started = time.monotonic()
-        lim = self.limits
-        workdir = Path(workdir).resolve()
-        if not workdir.is_dir():
-            raise ValueError(f"workdir {workdir} is not a directory")
+        workdir = _checked_workdir(workdir)
         environment = sandbox_env(path=PATH, home=self.mount, extra=env)
-        if os.geteuid() == 0 and self.user == SANDBOX_USER:
+        cap = WorkdirCap(workdir, self.limits.workdir_mb, SANDBOX_UID if self._hands_over else None)
+        try:
+            try:
+                cap.open()
+            except OSError as exc:
+                return ExecResult(None, "", "", False, f"sandbox unavailable: {one_line(exc)}",
+                                  time.monotonic() - started, False)
+            return cap.judge(self._run_container(argv, workdir, timeout_s, environment, started))
+        finally:
+            cap.close()
+
+    def _run_container(self, argv: list[str], workdir: Path, timeout_s: float, environment: dict[str, str],
+                       started: float) -> ExecResult:
+        """One container of ``argv`` on ``workdir`` (checked, capped), removed afterwards."""
+        lim = self.limits
+        if self._hands_over:
             from sao_env.sandbox.local import SANDBOX_UID, _hand_over
 
             _hand_over(workdir, SANDBOX_UID)

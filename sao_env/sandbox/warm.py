@@ -5,7 +5,9 @@ interpreter start-up (plus imports: pytest's are 0.3 s) on every call. A ``WarmI
 pays them once: it starts ``warm_server.py`` inside the same bubblewrap sandbox, the server
 imports the modules it is asked to preload, and each call then runs in a child forked from that
 clean state with the call's own CPU-time limit, working files, environment and wall clock; after
-it, every process it left is killed and the sandbox's ``/tmp`` and ``/dev/shm`` are emptied.
+it, every process it left is killed and the sandbox's ``/tmp`` and ``/dev/shm`` are emptied. As
+root, the working folder is a tmpfs resized per call to its files plus ``Limits.workdir_mb``; a
+call that fills it gets reason ``"disk limit"``.
 Calls do not see each other: the child's Python state is a copy that dies with it, its working
 copy is written fresh per call, and the server cannot be traced or have its descriptors opened
 by a child. A call's result depends only on the call (not on what ran before), so a run stays
@@ -37,8 +39,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sao_env.errors import UserError
-from sao_env.sandbox.base import Capture, ExecResult, classify, one_line, sandbox_env
-from sao_env.sandbox.local import ISOLATED, SANDBOX_UID, LocalExecutor, _hand_over
+from sao_env.sandbox.base import Capture, ExecResult, at_disk_limit, classify, one_line, sandbox_env
+from sao_env.sandbox.local import (ISOLATED, SANDBOX_UID, LocalExecutor, _hand_over, _unmount, cap_available,
+                                   cap_full, mount_cap)
 
 SERVER = Path(__file__).with_name("warm_server.py")
 SERVER_CPU_S = 7 * 24 * 3600
@@ -93,6 +96,7 @@ class WarmInterpreter:
         self._proc: subprocess.Popen | None = None
         self._lib: Path | None = None
         self._run: Path | None = None
+        self._capped = False
         self._buffer = b""
 
     # public -------------------------------------------------------------------------------------
@@ -114,6 +118,14 @@ class WarmInterpreter:
             if error is not None:
                 return ExecResult(None, "", "", False, error, time.monotonic() - started, False)
             assert self._run is not None
+            full = False
+            if self._capped:
+                try:
+                    mount_cap(self._run, self._cap_mb, *_files_footprint(files), remount=True)
+                except OSError as exc:  # a leftover the host could not remove: start afresh next call
+                    self.close_locked()
+                    return ExecResult(None, "", "", False, f"sandbox unavailable: {one_line(exc)}",
+                                      time.monotonic() - started, False)
             try:
                 _write_tree(self._run, files)
                 if os.geteuid() == 0:
@@ -122,6 +134,7 @@ class WarmInterpreter:
                            "cpu_s": self.executor.limits.cpu_seconds(timeout_s),
                            "env": {"HOME": str(self._run), **call_env}}
                 reply = self._exchange(request, timeout_s + REPLY_GRACE_S)
+                full = self._capped and cap_full(self._run)
             finally:
                 _empty(self._run)
             if not isinstance(reply, dict):  # the server died, or hung past the grace period
@@ -129,7 +142,8 @@ class WarmInterpreter:
                 timed_out = reply == "deadline"
                 return ExecResult(None, "", "", timed_out, "timeout" if timed_out else LOST,
                                   time.monotonic() - started, False)
-            return _result(reply, self.executor.limits.output_bytes, time.monotonic() - started)
+            result = _result(reply, self.executor.limits.output_bytes, time.monotonic() - started)
+            return at_disk_limit(result) if full else result
 
     def close(self) -> None:
         """Stop the server (the next ``run`` starts a new one)."""
@@ -142,10 +156,16 @@ class WarmInterpreter:
         if self._proc is not None:
             _kill(self._proc)
             self._proc = None
+        if self._capped and self._run is not None:
+            try:
+                _unmount(self._run)
+            except OSError:
+                pass
         for folder in (self._lib, self._run):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         self._lib = self._run = None
+        self._capped = False
         self._buffer = b""
 
     @property
@@ -164,12 +184,18 @@ class WarmInterpreter:
         """Start the server unless it runs; None, or the ``reason`` of a failed start."""
         if self._pid != os.getpid():  # a forked copy of the harness: the server is the parent's
             self._proc, self._lib, self._run, self._buffer, self._pid = None, None, None, b"", os.getpid()
+            self._capped = False
         if self.alive:
             return None
         self.close_locked()
         self._lib = Path(tempfile.mkdtemp(prefix="sao-warm-lib-"))
         self._run = Path(tempfile.mkdtemp(prefix="sao-warm-run-"))
         os.chmod(self._lib, 0o755)
+        try:
+            self._cap_run()
+        except OSError as exc:
+            self.close_locked()
+            return f"sandbox unavailable: {one_line(exc)}"
         for name, text in {**self.library, SERVER.name: SERVER.read_text(encoding="utf-8")}.items():
             (self._lib / name).write_text(text, encoding="utf-8")
             os.chmod(self._lib / name, 0o644)
@@ -198,6 +224,18 @@ class WarmInterpreter:
         stderr.close()
         self.starts += 1
         return None
+
+    @property
+    def _cap_mb(self) -> int:
+        return self.executor.limits.workdir_mb or 0
+
+    def _cap_run(self) -> None:
+        """Put the server's working folder on a tmpfs (resized per call to its files plus ``workdir_mb``)
+        before the sandbox binds it, where the working copy can be capped here."""
+        if self._cap_mb and cap_available():
+            os.chmod(self._run, 0o755)
+            mount_cap(self._run, self._cap_mb)
+            self._capped = True
 
     def _exchange(self, message: dict, timeout_s: float) -> dict | str:
         """Send one line, read one line back: the reply, or ``"eof"`` (the server died, or answered
@@ -316,6 +354,13 @@ def _capture(fields: list, limit: int) -> Capture:
     capture.tail = base64.b64decode(tail)
     capture.total = int(total)
     return capture
+
+
+def _files_footprint(files: Mapping[str, str]) -> tuple[int, int]:
+    """(bytes, entries) ``files`` take on a tmpfs, folders counted generously."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = sum(max(1, -(-len(text.encode("utf-8")) // page)) * page for text in files.values())
+    return size, 2 * len(files)
 
 
 def _write_tree(root: Path, files: Mapping[str, str]) -> None:
