@@ -71,3 +71,37 @@ def test_a_missing_verified_image_is_one_line_naming_it():
         sb.require_instance_image(client(), image)
     assert str(caught.value) == (f"the SWE-bench instance image {image} is not here: docker pull {image} "
                                  "(from the SWE-bench registry on Docker Hub)")
+
+
+def test_the_harness_grades_forgeries_of_a_forge_instance_zero(instance, tmp_path):
+    """Through swebench's own harness: printed PASSED lines, a conftest that passes every report and a
+    patched runner grade 0 (the reporter's signed records decide), the gold patch 1."""
+    from forgery_patches import ATTACKS
+    from sao_env.tasks.forge import report
+
+    task, swe, _ = instance
+    ref = task.reference
+    expected = {"printed_at_exit": "tests-failed", "conftest_added": "tests-failed", "report_patched": "runner-tampered"}
+    for name, reason in expected.items():
+        hostile = ATTACKS[name][0](ref)
+        patch = "".join(_diff(path, ref["files"].get(path), text) for path, text in sorted(hostile.items())
+                        if ref["files"].get(path) != text)
+        graded = sb.run_harness([swe], [sb.prediction(swe.id, name, patch)], workdir=tmp_path / name, run_id=name,
+                                max_workers=1, timeout_s=120)[swe.id]
+        log = (tmp_path / name / "logs" / "run_evaluation" / name / name / swe.id / "test_output.txt").read_text()
+        assert (graded.reward, graded.details["reason"], graded.details["patch_applied"]) == (0.0, reason, True), name
+        if name == "printed_at_exit":  # swebench's parser alone would have called it resolved
+            assert sb.parse_test_log(sb.instance_row(swe), log)[0][ref["FAIL_TO_PASS"][0]] == "PASSED"
+        assert report.process_key().decode() not in log  # the key is written untraced
+
+
+def _diff(path: str, before: str | None, after: str) -> str:
+    """A git diff of one file, a new file when ``before`` is None."""
+    import difflib
+
+    from sao_env.tasks.forge.instances import unified_diff
+
+    if before is not None:
+        return unified_diff(path, before, after)
+    body = "".join(difflib.unified_diff([], after.splitlines(keepends=True), fromfile="/dev/null", tofile=f"b/{path}"))
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n{body}"

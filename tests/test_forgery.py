@@ -201,3 +201,27 @@ def test_a_tool_call_that_prints_the_answer_does_not_earn_the_reward():
     env.reset(options={"task": task})
     _, reward, _, _, _ = env.step(f"\\boxed{{{answer}}}")
     assert reward == 1.0
+
+
+def test_records_of_another_run_are_refused():
+    records = [START, *_phases("t::a"), _finish(0, 0)]
+    lines = [_line(dict(r, seq=i, run="a" if i < 2 else "b")) for i, r in enumerate(records)]
+    mixed = ExecResult(0, "", "\n".join(lines), False, None, 0.1, False)
+    assert (report.judge(mixed, KEY).problem, report.judge(mixed, KEY).detail) == ("report-forged",
+                                                                                    "records of another run")
+
+
+def test_a_fix_that_fills_the_work_dir_grades_zero(reference):
+    """The gold fix, plus a package that writes past the work dir's cap at import: 0, reason disk-limit."""
+    from sao_env.sandbox import Limits, LocalExecutor
+    from sao_env.sandbox.local import cap_available
+
+    if not cap_available():
+        pytest.skip("the work dir cap needs root (it mounts a tmpfs)")
+    grading.clear_caches()
+    files = _gold_files(reference)
+    files[reference["package"] + "/__init__.py"] += (
+        "\ntry:\n    open('fill.bin', 'wb').write(b'x' * (9 << 20))\nexcept OSError:\n    pass\n")
+    verdict = grading.grade_files(reference, files, timeout_s=TIMEOUT_S, executor=LocalExecutor(Limits(workdir_mb=8)))
+    assert (verdict.reward, verdict.details["reason"]) == (0.0, "disk-limit")
+    assert set(verdict.details["fail_to_pass"].values()) == {"PASSED"}  # the tests themselves passed

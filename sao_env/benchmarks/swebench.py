@@ -185,7 +185,29 @@ def grade_swebench(task: Task, test_log: str, *, model_patch: str | None = "<pat
         "fail_to_pass": status.get("FAIL_TO_PASS"),
         "pass_to_pass": status.get("PASS_TO_PASS"),
     }
+    if is_forge(instance_row(task)) and details["patch_applied"]:
+        resolved = _judge_forge_log(spec, test_log, details)
     return GradeResult(reward=1.0 if resolved else 0.0, details=details)
+
+
+def _judge_forge_log(spec: Any, test_log: str, details: dict[str, Any]) -> bool:
+    """A forge instance's verdict from the reporter's signed records in the log (``forge_specs``), not
+    from the printed test lines: fills ``details`` as the forge grader does and says whether resolved."""
+    from sao_env.tasks.forge import report
+
+    exits = [line[len(EXIT_LINE):].strip() for line in test_log.splitlines() if line.startswith(EXIT_LINE)]
+    returncode = int(exits[-1]) if exits and exits[-1].lstrip("-").isdigit() else None
+    verdict = report.judge_stream(test_log, returncode, report.process_key())
+    shown = {test: ("UNTRUSTED" if verdict.problem else verdict.statuses.get(test, "MISSING"))
+             for test in [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]}
+    resolved = verdict.problem is None and all(value == "PASSED" for value in shown.values())
+    details.update(verdict="correct" if resolved else "wrong",
+                   reason="resolved" if resolved else (verdict.problem or "tests-failed"),
+                   fail_to_pass={test: shown[test] for test in spec.FAIL_TO_PASS},
+                   pass_to_pass={test: shown[test] for test in spec.PASS_TO_PASS})
+    if verdict.problem:
+        details["integrity"] = verdict.detail
+    return resolved
 
 
 @contextlib.contextmanager
@@ -306,10 +328,35 @@ def run_harness(
 
 FORGE_NAMESPACE = "sao-env"
 """The image namespace of forge instances' images (``sao-env/sweb.eval.x86_64.<id>:latest``): local only."""
-FORGE_SPECS = {"python": "3.11", "test_cmd": "python3 -m pytest -rA -p no:cacheprovider tests"}
+FORGE_SPECS = {"python": "3.11", "test_cmd": "sao_grade tests"}
 """swebench's specs of a forge repository (every version): the sandbox image's interpreter runs pytest on
 the whole ``tests/`` folder, as the forge grader does (a forge instance's PASS_TO_PASS spans every test file;
-the test patch's files, which swebench appends, are collected once)."""
+the test patch's files, which swebench appends, are collected once), through ``sao_grade``, the function
+that ``forge_specs`` defines (the grader's reporter loaded, the exit status printed after the run)."""
+EXIT_LINE = "@@sao-grade-exit "
+
+
+def forge_specs(repo: str) -> dict[str, Any]:
+    """``FORGE_SPECS`` with the commands that run before the test patch is applied: every file outside
+    the package is restored from the base commit (untracked ones removed), so that the patch's tests,
+    conftest files and pytest configuration change nothing; the reporter plugin and this process's key
+    are written untraced (the script runs under ``set -x``); ``sao_grade`` runs pytest with the plugin."""
+    from sao_env.tasks.forge import report
+
+    package = repo.split("/", 1)[1]
+    outside = f"-- . ':(exclude){package}'"
+    return {**FORGE_SPECS, "eval_commands": [
+        f"git checkout -q HEAD {outside}",
+        f"git clean -fdqx {outside}",
+        "{ set +x; } 2>/dev/null",
+        f"cat > {report.PLUGIN_PATH} <<'SAO_GRADE_PLUGIN'\n{report.plugin_source()}SAO_GRADE_PLUGIN",
+        f"printf %s {report.process_key().decode()} > {report.KEY_FILE}",
+        f'sao_grade() {{ python3 -m pytest -rA -p no:cacheprovider {" ".join(report.PYTEST_PLUGIN_ARGS)} "$@"; '
+        f'echo "{EXIT_LINE}$?"; }}',
+        "set -x",
+    ]}
+
+
 CONDA_SHIM = """\
 # sao-env: swebench's scripts source this file and run `conda activate testbed`; in a forge
 # instance's image the image's own python3 is the environment, so there is nothing to activate.
@@ -334,7 +381,7 @@ def register_forge_repo(row: Mapping[str, Any]) -> None:
     from swebench.harness.log_parsers.python import parse_log_pytest
 
     repo = str(row["repo"])
-    MAP_REPO_VERSION_TO_SPECS.setdefault(repo, {})[str(row["version"])] = dict(FORGE_SPECS)
+    MAP_REPO_VERSION_TO_SPECS.setdefault(repo, {})[str(row["version"])] = forge_specs(repo)
     MAP_REPO_TO_PARSER[repo] = parse_log_pytest
     MAP_REPO_TO_EXT[repo] = "py"
 

@@ -68,6 +68,14 @@ def run_script_argv(script: str) -> list[str]:
     return ["bash", "-c", "exec 2>&1\n" + script]
 
 
+def without_records(log: str) -> str:
+    """The log less the grader's signed report lines (a forge instance's reporter, ``forge_specs``):
+    what the policy sees of a test run is what pytest printed."""
+    from sao_env.tasks.forge.report import MARK
+
+    return "".join(line for line in log.splitlines(keepends=True) if MARK not in line)
+
+
 def tail(log: str, limit: int = 1500) -> str:
     """The end of a test run, where pytest and friends put their summary."""
     return log if len(log) <= limit else "...\n" + log[-limit:]
@@ -139,7 +147,7 @@ class SWEBenchEnv(TaskEnv):
             return tools.printable(observation), False, "diff"
         if command == "run_tests":
             result = self._exec(run_script_argv(self.test_spec.eval_script), self.test_timeout_s)
-            output = result.stdout + (f"\n[{result.reason}]" if result.reason else "")
+            output = without_records(result.stdout) + (f"\n[{result.reason}]" if result.reason else "")
             return tools.printable(tail(output)) + "\n", False, "run_tests"
         shown = tools.printable(command[:40])
         return f"error: unknown command '{shown}'; {tools.USAGE}\n", False, None

@@ -1,13 +1,16 @@
-"""Grading forge instances the way SWE-bench grades: apply, run the tests in the sandbox, parse, judge.
+"""Grading forge instances the way SWE-bench grades, with outcomes the graded code cannot write.
 
 ``grade_forge(task, response)`` takes a unified diff against ``base_commit``; ``grade_files(ref,
 files)`` the final state of a working copy (what ``RepoEnv`` grades). Either way the graded tree is
 the base tree with the package directory taken from the model's state: the tests, and any file
-outside the package (a ``conftest.py``, a ``pytest.ini``), are the instance's own, as SWE-bench
-resets test files before applying ``test_patch``. The tests then run in the sandbox
-(``LocalExecutor``, ``python -m pytest -rA``), swebench's pytest log parser reads the log, and
-``get_eval_tests_report`` / ``get_resolution_status`` judge: resolved iff every FAIL_TO_PASS and
-PASS_TO_PASS test passes (status ``FULL``).
+outside the package (a ``conftest.py``, a ``pytest.ini``, a ``sitecustomize.py``), are the
+instance's own, as SWE-bench resets test files before applying ``test_patch``; the paths the model
+changed there are recorded in the verdict (``ignored_edits``). The tests then run in the sandbox
+(``python -m pytest -rA`` with the grader's reporter plugin, ``report.py``), and the verdict comes
+from the reporter's signed records, not from the printed log: resolved iff every FAIL_TO_PASS and
+PASS_TO_PASS test was reported passed (setup, call and teardown; a skip or an xfail is not a pass),
+the records are whole and untampered, and pytest's exit status agrees with them
+(docs/sandbox.md, "Grading that the graded code cannot write").
 
 Verdicts are cached by (instance, hash of the graded tree, timeout): identical final states, as
 many tiny-model episodes end, are graded once.
@@ -288,11 +291,15 @@ def grade_files(reference: Mapping[str, Any], files: Mapping[str, str], *, timeo
     # anything but a test the reporter saw pass counts as a failure (swebench counts SKIPPED as neither)
     graded = {test: "PASSED" if verdict.statuses.get(test) == "PASSED" else "FAILED" for test in f2p + p2p}
     resolution = get_resolution_status(get_eval_tests_report(graded, {FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p}))
-    resolved = resolution == ResolvedStatus.FULL.value and not result.timed_out and verdict.problem is None
+    at_limit = result.reason == "disk limit"
+    resolved = (resolution == ResolvedStatus.FULL.value and not result.timed_out and not at_limit
+                and verdict.problem is None)
     if result.timed_out:
         reason = "timeout"
     elif result.reason and result.reason.startswith("sandbox"):
         reason = f"sandbox-error: {result.reason}"
+    elif at_limit:
+        reason = "disk-limit"
     elif verdict.problem is not None:
         reason = verdict.problem
     else:

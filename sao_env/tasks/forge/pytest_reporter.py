@@ -11,7 +11,7 @@ At import it
   unittest's assertions, the import system) as they are before the package runs.
 
 Every record it writes is one line ``@@sao-grade@@ <json> <mac>``, the mac an HMAC-SHA256 of the json
-under the key, the json carrying a sequence number: ``start``, one ``report`` per test phase, ``collect``
+under the key, the json carrying a sequence number and a nonce of the run: ``start``, one ``report`` per test phase, ``collect``
 per failed or skipped collector, and ``finish`` with pytest's exit status and every change it saw to the
 recorded callables, to the registered hook implementations (a plugin or hook added by the package) and to
 the import system. The harness (``report.judge``) accepts nothing else: printed ``PASSED`` lines, report
@@ -154,9 +154,10 @@ class _Reporter:
 def _writer(key, fd):
     counter = [0]
     raw_write = os.write
+    run = os.urandom(16).hex()
 
     def write(payload):
-        payload = dict(payload, seq=counter[0])
+        payload = dict(payload, seq=counter[0], run=run)
         counter[0] += 1
         body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()

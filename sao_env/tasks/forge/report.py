@@ -33,6 +33,14 @@ EXIT_NAMES = {2: "interrupted", 3: "internal error", 4: "usage error"}
 
 
 @lru_cache(maxsize=1)
+def process_key() -> bytes:
+    """One key for every run of this process whose key cannot travel with the run (swebench's harness,
+    whose evaluation script is fixed per repository): records also carry the plugin's own run nonce,
+    so a record seen in one run's log does not pass in another's."""
+    return secrets.token_hex(32).encode()
+
+
+@lru_cache(maxsize=1)
 def plugin_source() -> str:
     return (Path(__file__).with_name("pytest_reporter.py")).read_text(encoding="utf-8")
 
@@ -93,11 +101,19 @@ def _status(phases: dict[str, dict]) -> str:
 
 def judge(result: ExecResult, key: bytes) -> Verdict:
     """The verdict on one reporter-instrumented pytest run (see the module docstring)."""
-    records, problem, detail = _records(result.stderr, key)
+    return judge_stream(result.stderr, result.returncode, key)
+
+
+def judge_stream(stream: str, returncode: int | None, key: bytes) -> Verdict:
+    """The verdict from the text that holds the records (stderr, or a log with stderr merged in) and
+    the exit status of the process that ran pytest."""
+    records, problem, detail = _records(stream, key)
     if problem is not None:
         return Verdict(problem=problem, detail=detail)
     if not records or records[0]["kind"] != "start":
         return Verdict(problem="report-missing", detail="the reporter never started")
+    if any(record.get("run") != records[0].get("run") for record in records):
+        return Verdict(problem="report-forged", detail="records of another run")
     finish = records[-1] if records[-1]["kind"] == "finish" else None
     if finish is None or sum(r["kind"] == "finish" for r in records) != 1:
         return Verdict(problem="report-missing", detail="the run ended before the reporter's last record")
@@ -117,9 +133,9 @@ def judge(result: ExecResult, key: bytes) -> Verdict:
     elif exitstatus not in (0, 1, 5):
         verdict.problem = "pytest-aborted"
         verdict.detail = f"pytest ended with exit status {exitstatus} ({EXIT_NAMES.get(exitstatus, 'unknown')})"
-    elif result.returncode != exitstatus:
+    elif returncode != exitstatus:
         verdict.problem = "exit-status-mismatch"
-        verdict.detail = f"pytest finished with {exitstatus}, the process exited with {result.returncode}"
+        verdict.detail = f"pytest finished with {exitstatus}, the process exited with {returncode}"
     elif (finish["failed"] > 0) != (exitstatus == 1) or finish["failed"] != finish["testsfailed"]:
         verdict.problem = "exit-status-mismatch"
         verdict.detail = (f"{finish['failed']} failures reported, pytest counted {finish['testsfailed']}, "
