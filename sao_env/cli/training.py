@@ -272,8 +272,6 @@ def compare(
     for name in dict.fromkeys(a.strip() for a in agents.split(",") if a.strip()):
         precheck(env, name, overrides or [], network=not dry_run)
     from sao_env.experiment import MadeElsewhere, RunInterrupted, plan_run, reuse_check, run_many, writing
-    from sao_env.leaderboard.plots import plot_adaptation
-    from sao_env.leaderboard.tables import load_summaries, write_leaderboard
     from sao_env.provenance import code_version
     from sao_env.trackers import parse_loggers, require
 
@@ -330,20 +328,38 @@ def compare(
     dirs: dict[str, list[Path]] = {}
     for plan in plans:
         dirs.setdefault(plan.label, []).append(plan.out)
-    env_name = plans[0].config.env.name
-    kept, dropped = earlier_rows(leaderboard_dir, env_name, runs_dir, {p.out for p in plans})
-    for label, run_dir in kept:
-        dirs.setdefault(label, []).append(run_dir)
-    if kept or dropped:
-        console.print(f"board {leaderboard_dir / env_name}.md: merged with the earlier one"
-                      + (f"; kept its {_rows(kept)} (their run directories are here)" if kept else "")
-                      + (f"; dropped {_rows(dropped)} (no finished run directory under {runs_dir})" if dropped else ""),
-                      highlight=False, markup=False)
     with writing(leaderboard_dir):
-        plot = plot_adaptation(dirs, leaderboard_dir / f"{env_name}.png")
-        md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), leaderboard_dir, env_name, plot=plot)
+        md, csv, plot = write_merged_board(leaderboard_dir, plans[0].config.env.name, runs_dir, dirs)
     console.print(f"leaderboard: {md} and {csv}\nadaptation plot: {plot}")
     typer.echo(md.read_text())
+
+
+def write_merged_board(folder: Path, env_name: str, runs_dir: Path,
+                       dirs: dict[str, list[Path]]) -> tuple[Path, Path, Path]:
+    """What ``compare`` ends with: the scenario's board in ``folder`` from this comparison's run directories
+    (``{label: [run dirs]}``) and the earlier board's rows it keeps (``earlier_rows``), read and written under
+    the folder's lock (``board_lock``), so that comparisons finishing at once into one folder each keep the
+    others' rows. Returns the paths of the Markdown page, the CSV table and the plot."""
+    from sao_env.experiment.files import replacing
+    from sao_env.leaderboard import board_lock
+    from sao_env.leaderboard.plots import plot_adaptation
+    from sao_env.leaderboard.tables import load_summaries, write_leaderboard
+
+    dirs = {label: list(ds) for label, ds in dirs.items()}
+    with board_lock(folder):
+        kept, dropped = earlier_rows(folder, env_name, runs_dir, {d for ds in dirs.values() for d in ds})
+        for label, run_dir in kept:
+            dirs.setdefault(label, []).append(run_dir)
+        if kept or dropped:
+            console.print(f"board {Path(folder) / env_name}.md: merged with the earlier one"
+                          + (f"; kept its {_rows(kept)} (their run directories are here)" if kept else "")
+                          + (f"; dropped {_rows(dropped)} (no finished run directory under {runs_dir})" if dropped else ""),
+                          highlight=False, markup=False)
+        plot = Path(folder) / f"{env_name}.png"
+        with replacing(plot) as tmp:
+            plot_adaptation(dirs, tmp)
+        md, csv = write_leaderboard(load_summaries([d for ds in dirs.values() for d in ds]), folder, env_name, plot=plot)
+    return md, csv, plot
 
 
 def earlier_rows(folder: Path, env_name: str, runs_dir: Path, made: set[Path]) -> tuple[list, list]:
@@ -351,18 +367,16 @@ def earlier_rows(folder: Path, env_name: str, runs_dir: Path, made: set[Path]) -
     keeps beside its own: ``(kept, dropped)``, each a list of ``(run label, run directory)``. A row of a
     recipe this comparison does not make is kept when its run directory (``RUNS_DIR/<env>/<agent>/seed<N>``)
     still holds a finished run; a recipe this comparison makes is replaced by its new seeds, so a row's
-    seeds are always one comparison's."""
-    import pandas as pd
+    seeds are always one comparison's. A table that cannot be read is a UserError (``tables.read_table``),
+    never a board without rows."""
+    from sao_env.leaderboard.tables import read_table
 
     table = Path(folder) / f"{env_name}-runs.csv"
     if not table.is_file():
         return [], []
-    try:
-        rows = pd.read_csv(table, usecols=lambda c: c in ("agent", "seed"), dtype=str)
-    except (OSError, ValueError):
-        return [], []
+    rows = read_table(table, usecols=lambda c: c in ("agent", "seed"), dtype=str)
     if not {"agent", "seed"} <= set(rows.columns):
-        return [], []
+        raise UserError(f"{table}: no 'agent' and 'seed' columns; expected the per-seed table sao-env writes")
     made_labels = {p.parent.name for p in made}  # the runs' own labels (directory names)
     kept, dropped = [], []
     for row in rows.itertuples():

@@ -47,6 +47,27 @@ def write_atomic(path: Path, text: str) -> None:
             tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary path for ``path``'s new content, renamed onto ``path`` when the block ends without an
+    error: a reader, or a kill midway, finds the old file or the new one, never a part of one.
+
+    The temporary file has ``path``'s name (a writer that picks the format by suffix, matplotlib, works) in
+    a hidden folder of this process beside it (``.writing-<pid>``), where no ``*.csv`` of the folder sees it."""
+    path = Path(path)
+    tmp = path.parent / f".writing-{os.getpid()}" / path.name
+    with writing(path):
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield tmp
+        with writing(path):
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.parent.rmdir()
+
+
 class JsonLines:
     def __init__(self, path: Path, *, resume_at: int | None = None):
         """A new, empty log; or, with ``resume_at``, the existing one cut to that many bytes."""

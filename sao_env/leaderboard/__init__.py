@@ -12,14 +12,50 @@ Entry points (what ``sao-env compare`` and ``sao-env leaderboard`` call):
 - ``sao_env.leaderboard.summary.write_summary(dir)``: the cross-scenario ``README.md`` from the
   folder's per-seed tables and its ``tuning/`` tables (``sao-env leaderboard --summary DIR``);
 - ``sao_env.leaderboard.benchmarks.record_benchmark(dir, summary)``: a benchmark evaluation's row.
+
+Every table and page is written whole (a temporary file renamed onto it), and each folder's boards are
+read, merged and written by one process at a time (``board_lock``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
+from typing import Iterator
 
-__all__ = ["rebuild", "write_board", "write_scenario_outputs", "write_table_outputs"]
+from sao_env.experiment.files import RunLock
+
+__all__ = ["board_lock", "rebuild", "write_board", "write_scenario_outputs", "write_table_outputs"]
+
+
+class BoardLock(RunLock):
+    """The lock of a leaderboard folder (``board_lock``): ``RunLock``'s, on ``<folder>/.board.lock``."""
+
+    NAME = ".board.lock"
+
+
+_held: set[Path] = set()
+"""The folders whose board lock this process holds (the lock is re-entrant)."""
+
+
+@contextlib.contextmanager
+def board_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s board lock for the block, waiting for another process that holds it: an
+    ``fcntl.flock`` on ``<folder>/.board.lock`` (``RunLock``'s, which the kernel drops when its holder
+    dies), so that writers finishing at once each read the board the one before wrote. Re-entrant."""
+    key = Path(folder).resolve()
+    if key in _held:
+        yield
+        return
+    lock = BoardLock(folder)
+    lock.acquire(wait=True)
+    _held.add(key)
+    try:
+        yield
+    finally:
+        _held.discard(key)
+        lock.release()
 
 
 def write_board(board, folder: Path, *, generator: str, plot_from: Path | None = None) -> dict[str, Path]:
@@ -29,18 +65,26 @@ def write_board(board, folder: Path, *, generator: str, plot_from: Path | None =
     The plot is drawn from the board's curves; without curves, ``plot_from`` (an earlier plot of
     the same table) is copied when given. Returns the paths written by kind.
     """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with board_lock(folder):
+        return _write_board(board, folder, generator=generator, plot_from=plot_from)
+
+
+def _write_board(board, folder: Path, *, generator: str, plot_from: Path | None) -> dict[str, Path]:
+    from sao_env.experiment.files import replacing
     from sao_env.leaderboard.plots import plot_curves
     from sao_env.leaderboard.site import write_site
     from sao_env.leaderboard.tables import write_tables
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     png = folder / f"{board.env}.png"
     if board.curves is not None and len(board.curves):
-        plot_curves(board.curves, board.facts, png, title=f"{board.env}: adaptation curves",
-                    order=[str(x) for x in board.frame["label"]])
+        with replacing(png) as tmp:
+            plot_curves(board.curves, board.facts, tmp, title=f"{board.env}: adaptation curves",
+                        order=[str(x) for x in board.frame["label"]])
     elif plot_from is not None and Path(plot_from).is_file() and Path(plot_from).resolve() != png.resolve():
-        shutil.copyfile(plot_from, png)
+        with replacing(png) as tmp:
+            shutil.copyfile(plot_from, tmp)
     paths = write_tables(board, folder, generator=generator, plot=png if png.is_file() else None)
     if png.is_file():
         paths["png"] = png
@@ -66,8 +110,9 @@ def write_table_outputs(csv_path: Path, leaderboard_dir: Path, *,
     from sao_env.leaderboard.tables import board_from_csv
 
     csv_path = Path(csv_path)
-    board = board_from_csv(csv_path)
-    return write_board(board, leaderboard_dir, generator=generator, plot_from=csv_path.with_name(f"{board.env}.png"))
+    with board_lock(leaderboard_dir):  # the table may be the folder's own: read it under the lock too
+        board = board_from_csv(csv_path)
+        return write_board(board, leaderboard_dir, generator=generator, plot_from=csv_path.with_name(f"{board.env}.png"))
 
 
 def left_out_text(left_out: list[tuple[Path, str]]) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from sao_env.experiment.files import replacing
 from sao_env.leaderboard import tables
 from sao_env.leaderboard.benchmarks import interval_text
 from sao_env.leaderboard.stats import format_mde
@@ -145,7 +146,8 @@ def write_site(folder: Path, *, generator: str) -> Path:
     boards = read_boards(folder)
     bench = read_benchmarks(folder / "benchmarks.csv")
     path = folder / "index.html"
-    path.write_text(render(boards, bench, folder=folder, generator=generator), encoding="utf-8")
+    with replacing(path) as tmp:
+        tmp.write_text(render(boards, bench, folder=folder, generator=generator), encoding="utf-8")
     return path
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from sao_env.errors import UserError
+from sao_env.experiment.files import replacing
 from sao_env.leaderboard import tables
 from sao_env.leaderboard.stats import ALPHA, POWER, format_mde, format_rank, min_seeds, rank_ranges, smallest_p
 from sao_env.leaderboard.tables import (NO_COLLAPSE, REFERENCE, SORT_KEY, UNKNOWN, ScenarioBoard, code_versions,
@@ -305,12 +306,11 @@ def scenario_lines(boards: list[ScenarioBoard]) -> list[str]:
 
 def tuning_lines(folder: Path) -> list[str]:
     """Markdown lines: every tuning table under ``folder/tuning`` with its size, cut and winner."""
-    from sao_env.sweep import rank_trials
-
     paths = sorted((Path(folder) / "tuning").glob("*.csv"))
     lines = ["## Tuning tables", ""]
     if not paths:
         return lines + ["No tuning table in `tuning/` yet (`sao-env sweep` writes them).", ""]
+    from sao_env.sweep import rank_trials  # imports torch: only where there are tables to rank
     lines += ["Each recipe's hyper-parameters come from a sweep of the same size on the same cut and seeds "
               "(`tuning:` in its agents/*.yaml points here).", "",
               "| table | trials x seeds | cut | objective | winner | mean ± CI |", "|---|---|---|---|---|---:|"]
@@ -421,5 +421,6 @@ def summary_markdown(folder: Path) -> str:
 def write_summary(folder: Path) -> Path:
     """Write ``<folder>/README.md`` (``summary_markdown``); returns its path."""
     path = Path(folder) / "README.md"
-    path.write_text(summary_markdown(folder))
+    with replacing(path) as tmp:
+        tmp.write_text(summary_markdown(folder))
     return path

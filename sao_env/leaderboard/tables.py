@@ -22,6 +22,7 @@ hashes the same are seeds of one row; a run with overrides is its own row, label
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
@@ -36,6 +37,7 @@ import yaml
 
 from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95, paired_difference
+from sao_env.experiment.files import replacing
 from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, Comparison, format_mde,
                                        format_rank, min_detectable_difference, min_seeds, pairwise, pooled_sd, rank_ranges,
                                        seeds_for_difference, smallest_p, supported_leader)
@@ -612,16 +614,36 @@ def records_and_curves(summaries: list[dict]) -> tuple[list[dict], list[tuple[st
     return records, [(r["label"], r["seed"], t, a) for r, curve in pairs for t, a in curve]
 
 
+def read_table(path: Path, **options) -> pd.DataFrame:
+    """A leaderboard CSV table (``options`` go to ``pd.read_csv``); a UserError naming ``path`` when it is
+    empty, cut short (its last line unfinished, as a write killed midway leaves it), without rows or not
+    CSV, so that a board that cannot be read is never merged as a board without rows."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the table ({err.strerror or err})") from None
+    fix = "restore it or delete it, and write the board again"
+    if not data.strip():
+        raise UserError(f"{path}: an empty table ({len(data)} bytes); {fix}")
+    if not data.endswith(b"\n"):
+        raise UserError(f"{path}: a truncated table (its last line is unfinished); {fix}")
+    try:
+        table = pd.read_csv(io.BytesIO(data), **options)
+    except ValueError as err:  # pandas' ParserError and EmptyDataError, a UnicodeDecodeError
+        raise UserError(f"{path}: not a readable CSV table ({type(err).__name__}); {fix}") from None
+    if not len(table):
+        raise UserError(f"{path}: a table without rows; {fix}")
+    return table
+
+
 def board_from_csv(path: Path) -> ScenarioBoard:
     """The board of a per-seed table (``<env>-runs.csv``, with ``<env>-curves.csv`` beside it when
     present) or of an aggregated one (``<env>.csv``, older files included: missing labels,
     overrides, seeds, hashes or versions are shown as unknown, budget facts come from the
     scenario spec of that name)."""
     path = Path(path)
-    try:
-        table = pd.read_csv(path, keep_default_na=True)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a readable CSV table ({type(err).__name__})") from None
+    table = read_table(path, keep_default_na=True)
     env_from_name = path.stem.removesuffix("-runs")
     if "agent" not in table.columns:
         raise UserError(f"{path}: no 'agent' column; expected a leaderboard table written by sao-env")
@@ -639,7 +661,7 @@ def board_from_csv(path: Path) -> ScenarioBoard:
         curves_path = path.with_name(f"{envs[0]}-curves.csv")
         curves = []
         if curves_path.is_file():
-            c = pd.read_csv(curves_path)
+            c = read_table(curves_path)
             curves = list(c[["label", "seed", "sim_time_h", "accuracy"]].itertuples(index=False, name=None))
         return board_from_records(envs[0], records, curves, source=path.name)
     return _board_from_aggregated(table, env_from_name, path)
@@ -877,18 +899,24 @@ def write_tables(board: ScenarioBoard, out_dir: Path, *, generator: str, plot: P
     records = board.records_all if board.records_all is not None else board.records
     curves = board.curves_all if board.curves_all is not None else board.curves
     if records is not None:
-        paths["runs"] = out_dir / f"{env}-runs.csv"
-        records.to_csv(paths["runs"], index=False, float_format="%.6g")
+        paths["runs"] = write_csv(records, out_dir / f"{env}-runs.csv")
     if curves is not None:
-        paths["curves"] = out_dir / f"{env}-curves.csv"
-        curves.to_csv(paths["curves"], index=False, float_format="%.6g")
+        paths["curves"] = write_csv(curves, out_dir / f"{env}-curves.csv")
     frame = board.frame
     if board.apart:
         frame = pd.concat([b.frame.assign(budget=budget_words(b.facts)) for b in [board, *board.apart]],
                           ignore_index=True)
-    frame.to_csv(paths["csv"], index=False, float_format="%.6g")
-    paths["md"].write_text(markdown(board, generator=generator, plot=plot))
+    write_csv(frame, paths["csv"])
+    with replacing(paths["md"]) as tmp:
+        tmp.write_text(markdown(board, generator=generator, plot=plot))
     return paths
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> Path:
+    """Write ``frame`` as a leaderboard table at ``path``, whole (``replacing``); returns ``path``."""
+    with replacing(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.6g")
+    return path
 
 
 def markdown(board: ScenarioBoard, *, generator: str, plot: Path | None = None) -> str:
