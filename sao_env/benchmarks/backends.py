@@ -11,14 +11,15 @@ sample ended by itself (end-of-sequence / stop) rather than at ``max_new_tokens`
 - ``vllm``: offline ``vllm.LLM`` (imported only when selected; a UserError if not installed).
 - ``openai``: any OpenAI-compatible server (``vllm serve``, ...) through ``/v1/chat/completions``
   or ``/v1/completions`` over pooled keep-alive connections (``_http``: ``Retry-After`` honoured,
-  a configurable retry budget); one request per sample (seed + sample index), several in flight.
+  a configurable retry budget, a deadline per try, a byte cap on the reply); one request per sample
+  (seed + sample index), several in flight, each sample handed over as it finishes; a sample whose
+  request cannot succeed is recorded in ``Generations.failures`` and the others go on.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Protocol
@@ -27,6 +28,13 @@ from sao_env.errors import UserError
 
 Progress = Callable[[int], None]
 """Called with the number of samples just finished."""
+
+OnSample = Callable[[int, int, str | None, int | None, bool | None, str | None], None]
+"""Called as each sample finishes: ``(prompt, sample, text, tokens, finished, failure)``."""
+
+DEFAULT_DEADLINE_S = 1800.0
+"""Seconds one request to ``--backend openai`` may take in all: a 32,768-token response at 20 tokens/s
+takes 27 minutes (``$SAO_ENV_HTTP_DEADLINE_S``, ``--request-deadline``)."""
 
 
 @dataclass
@@ -38,6 +46,8 @@ class Generations:
     finished: list[list[bool | None]] = field(default_factory=list)
     max_new_tokens: int | None = None
     """The response limit used: lower than the one asked for when prompt plus response would not fit."""
+    failures: dict[tuple[int, int], str] = field(default_factory=dict)
+    """``(prompt, sample)`` -> why that sample has no response (a request that could not succeed)."""
 
 
 class Backend(Protocol):
@@ -208,9 +218,12 @@ class OpenAIBackend:
         api_key: str | None = None,
         api: Literal["chat", "completions"] = "chat",
         concurrency: int = 8,
-        timeout_s: float = 3600.0,
+        deadline_s: float | None = None,
         retries: int | None = None,
+        max_bytes: int | None = None,
     ):
+        from sao_env.benchmarks._http import env_number, max_reply_bytes
+
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "http://127.0.0.1:8000/v1").rstrip("/")
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
@@ -218,50 +231,67 @@ class OpenAIBackend:
             raise UserError(f"--api must be chat or completions, not {api!r}")
         self.api = api
         self.concurrency = max(1, concurrency)
-        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s or env_number("SAO_ENV_HTTP_DEADLINE_S", DEFAULT_DEADLINE_S)
+        if self.deadline_s <= 0:
+            raise UserError("--request-deadline must be greater than 0")
         self.retries = retries
+        self.max_bytes = max_reply_bytes(max_bytes)
 
     def _one(self, prompt: str, *, temperature, top_p, max_new_tokens, seed) -> tuple[str, int | None, bool | None]:
-        from sao_env.benchmarks._http import post_json
+        """One sample: (text, completion tokens, ended by itself); ``RequestFailed`` when there is none."""
+        from sao_env.benchmarks._http import RequestFailed, post_json
 
         payload = {"model": self.model, "temperature": temperature, "top_p": top_p,
                    "max_tokens": max_new_tokens, "seed": seed, "n": 1}
         if self.api == "chat":
             payload["messages"] = [{"role": "user", "content": prompt}]
-            reply = post_json(f"{self.base_url}/chat/completions", payload, api_key=self.api_key,
-                              timeout_s=self.timeout_s, retries=self.retries)
         else:
             payload["prompt"] = prompt
-            reply = post_json(f"{self.base_url}/completions", payload, api_key=self.api_key,
-                              timeout_s=self.timeout_s, retries=self.retries)
+        url = f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
+        reply = post_json(url, payload, api_key=self.api_key, deadline_s=self.deadline_s, retries=self.retries,
+                          max_bytes=self.max_bytes)
         try:
             choice = reply["choices"][0]
             text = choice["message"]["content"] if self.api == "chat" else choice["text"]
-        except (KeyError, IndexError, TypeError) as err:
-            raise UserError(f"unexpected reply from {self.base_url}: {str(reply)[:200]}") from err
-        usage = reply.get("usage") or {}
+        except (KeyError, IndexError, TypeError):
+            raise RequestFailed(url, f"unexpected reply: {str(reply)[:200]}") from None
+        if text is not None and not isinstance(text, str):
+            raise RequestFailed(url, f"the reply's content is a JSON {type(text).__name__}, not text")
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
         finish = choice.get("finish_reason")
         return text or "", usage.get("completion_tokens"), (finish == "stop") if finish else None
 
-    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None) -> Generations:
+    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None,
+                 on_sample: OnSample | None = None, skip=frozenset()) -> Generations:
+        """Every ``(prompt, sample)`` not in ``skip``; ``on_sample`` is called (in this thread) as each finishes."""
+        from sao_env.benchmarks._http import RequestFailed
+        from sao_env.benchmarks._pool import each_done
+
         out = Generations(
             texts=[[""] * n for _ in prompts],
             tokens=[[None] * n for _ in prompts],
             finished=[[None] * n for _ in prompts],
         )
 
-        def run(job: tuple[int, int]) -> None:
+        def run(job: tuple[int, int]):
             i, j = job
-            text, tokens, finished = self._one(prompts[i], temperature=temperature, top_p=top_p,
-                                               max_new_tokens=max_new_tokens, seed=seed + j)
-            out.texts[i][j], out.tokens[i][j], out.finished[i][j] = text, tokens, finished
+            try:
+                return self._one(prompts[i], temperature=temperature, top_p=top_p,
+                                 max_new_tokens=max_new_tokens, seed=seed + j), None
+            except RequestFailed as err:
+                return (None, None, None), err.reason
+
+        jobs = [(i, j) for i in range(len(prompts)) for j in range(n) if (i, j) not in skip]
+        for index, ((text, tokens, finished), failure) in each_done(jobs, run, self.concurrency):
+            i, j = jobs[index]
+            if failure is None:
+                out.texts[i][j], out.tokens[i][j], out.finished[i][j] = text, tokens, finished
+            else:
+                out.failures[(i, j)] = failure
+            if on_sample:
+                on_sample(i, j, text, tokens, finished, failure)
             if progress:
                 progress(1)
-
-        jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            for future in [pool.submit(run, job) for job in jobs]:
-                future.result()
         return out
 
 
@@ -277,5 +307,6 @@ def make_backend(name: str, model: str | Path, **options) -> Backend:
                                      if k in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "seed")})
     if name == "openai":
         return OpenAIBackend(str(model), **{k: v for k, v in options.items()
-                                            if k in ("base_url", "api_key", "api", "concurrency", "timeout_s", "retries")})
+                                            if k in ("base_url", "api_key", "api", "concurrency", "deadline_s", "retries",
+                                                     "max_bytes")})
     raise UserError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -11,11 +11,21 @@ Outputs of one suite (in its output folder):
   that held invalid Unicode or NUL bytes (``sanitized``, graded after replacing them).
 - with ``EvalOptions.leaderboard`` (``--leaderboard DIR``): the row of (model, suite, k) in
   ``DIR/benchmarks.csv``, replaced by each new evaluation, and ``benchmarks.md`` / ``index.html``.
+- ``responses.jsonl`` (eval): the generated responses; with ``--backend openai`` each is appended as it
+  finishes, with a key of the model name, decoding and prompt, and a rerun with the same settings
+  reuses these and asks only for the rest (delete the file to sample again).
+
+Finished work is kept: ``samples.jsonl`` gets each graded sample appended as it is graded (then is
+rewritten in order at the end), and a rerun reuses the LLM judge's verdicts on the same responses. A
+sample whose request cannot succeed gets verdict ``failed`` with its reason, counts in no score
+(``summary.json``: ``failed``), keeps the leaderboard unchanged, and is tried again by a rerun.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import inspect
 import json
 import re
 import sys
@@ -23,7 +33,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 from sao_env.benchmarks import metrics
 from sao_env.benchmarks.loaders import make_loader
@@ -159,26 +169,52 @@ def grade_responses(
     model_name: str,
     out_dir: Path,
     progress=None,
+    on_graded: Callable[[int, GradeResult], None] | None = None,
 ) -> list[GradeResult]:
-    """Grade ``(task, sample index, response)`` triples with the suite's grader."""
+    """Grade ``(task, sample index, response)`` triples with the suite's grader; ``on_graded(index, result)``
+    as each is graded."""
     advance = progress or (lambda _: None)
     spec = run.spec
     if spec.grader == "swebench":
-        return _grade_swebench(run, samples, options, model_name=model_name, out_dir=out_dir, advance=advance)
+        results = _grade_swebench(run, samples, options, model_name=model_name, out_dir=out_dir, advance=advance)
+        for index, result in enumerate(results):
+            if on_graded:
+                on_graded(index, result)
+        return results
     if options.grader == "llm":
         if options.judge is None:
             raise UserError("--grader llm needs a judge model (--grader-model)")
-        results = []
-        for chunk in _chunks(list(samples), 32):
-            results.extend(options.judge.grade_batch([(t, r) for t, _, r in chunk]))
-            advance(len(chunk))
-        return results
+        return _grade_with_judge(options.judge, samples, advance, on_graded)
     from sao_env.graders.math import grade_math_batch
 
     results = []
     for chunk in _chunks(list(samples), 64):
-        results.extend(grade_math_batch([(t, r) for t, _, r in chunk], timeout_s=options.grading_timeout_s,
-                                        workers=options.grading_workers, fallback=answer_fallback(spec, options)))
+        graded = grade_math_batch([(t, r) for t, _, r in chunk], timeout_s=options.grading_timeout_s,
+                                  workers=options.grading_workers, fallback=answer_fallback(spec, options))
+        for result in graded:
+            if on_graded:
+                on_graded(len(results), result)
+            results.append(result)
+        advance(len(chunk))
+    return results
+
+
+def _grade_with_judge(judge, samples, advance, on_graded) -> list[GradeResult]:
+    """The judge's verdicts, each handed to ``on_graded`` as it arrives (a judge without ``grade_each``: in chunks)."""
+    pairs = [(t, r) for t, _, r in samples]
+    if hasattr(judge, "grade_each"):
+        def done(index: int, result: GradeResult) -> None:
+            if on_graded:
+                on_graded(index, result)
+            advance(1)
+
+        return judge.grade_each(pairs, done)
+    results = []
+    for chunk in _chunks(pairs, 32):
+        for result in judge.grade_batch(chunk):
+            if on_graded:
+                on_graded(len(results), result)
+            results.append(result)
         advance(len(chunk))
     return results
 
@@ -216,7 +252,7 @@ def _sanitized(samples: list[tuple[Task, int, str]]) -> tuple[list[tuple[Task, i
 
     out, changed = [], 0
     for task, j, response in samples:
-        cleaned = clean_text(response)
+        cleaned = response if response is None else clean_text(response)
         changed += cleaned != response
         out.append((task, j, cleaned))
     return out, changed
@@ -225,6 +261,190 @@ def _sanitized(samples: list[tuple[Task, int, str]]) -> tuple[list[tuple[Task, i
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# ----------------------------------------------------------------------------- finished work, kept
+
+
+SAMPLES_FILE = "samples.jsonl"
+RESPONSES_FILE = "responses.jsonl"
+KEPT_VERDICTS = ("correct", "wrong")
+"""Verdicts a rerun reuses (a ``failed`` sample is tried again)."""
+
+
+class _Lines:
+    """An append-only JSONL file that starts with ``records``; each line is flushed as it is written."""
+
+    def __init__(self, path: Path, records: Sequence[dict] = ()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = path.with_name(path.name + ".tmp")
+        fresh.write_text("".join(self.line(record) for record in records), encoding="utf-8")
+        fresh.replace(path)  # the records kept so far are never lost to a kill while this file starts
+        self.handle = path.open("a", encoding="utf-8")
+
+    @staticmethod
+    def line(record: dict) -> str:
+        return json.dumps(record, ensure_ascii=False, default=str) + "\n"
+
+    def add(self, record: dict) -> None:
+        self.handle.write(self.line(record))
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _read_lines(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file written by ``_Lines``; a line cut short by a kill is skipped."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def sample_record(task: Task, j: int, response: str | None, grade: GradeResult, n_tokens: int | None,
+                  done: bool | None, grader: str) -> dict[str, Any]:
+    """One line of ``samples.jsonl``."""
+    details = grade.details
+    return {
+        "id": task.id, "sample": j, "prompt": task.prompt, "response": response,
+        "extracted": details.get("extracted"), "gold": details.get("gold", task.reference.get("answer")),
+        "verdict": details.get("verdict"), "reward": grade.reward, "reason": details.get("reason"),
+        "grader": details.get("grader", grader), "tokens": n_tokens, "finished": done,
+        "category": task.metadata.get("category"),
+    }
+
+
+def is_failed(grade: GradeResult) -> bool:
+    return grade.details.get("verdict") == "failed"
+
+
+def _say_capped(suite: str, task_id: str, j: int, what: str) -> None:
+    """The one line printed for each sample whose reply went over the byte cap."""
+    print(f"sao-env: {suite} {task_id}#{j}: {what}; the sample failed", file=sys.stderr, flush=True)
+
+
+def _reusable_verdicts(path: Path, samples: Sequence[tuple[Task, int, str | None]], grader: str) -> dict[int, GradeResult]:
+    """Samples already graded by ``grader`` in an earlier run's ``samples.jsonl``, same response, by index."""
+    where = {(t.id, j): index for index, (t, j, _) in enumerate(samples)}
+    reused = {}
+    for record in _read_lines(path):
+        index = where.get((str(record.get("id")), record.get("sample")))
+        if (index is None or record.get("grader") != grader or record.get("verdict") not in KEPT_VERDICTS
+                or record.get("response") != samples[index][2]):
+            continue
+        details = {key: record.get(key) for key in ("extracted", "gold", "verdict", "reason", "grader")}
+        reused[index] = GradeResult(reward=float(record.get("reward") or 0.0), details=details)
+    return reused
+
+
+def grade_and_keep(
+    run: SuiteRun,
+    samples: Sequence[tuple[Task, int, str | None]],
+    options: EvalOptions,
+    *,
+    model_name: str,
+    out_dir: Path,
+    bars: "_Progress",
+    known: dict[int, GradeResult],
+    tokens: Sequence[int | None],
+    finished: Sequence[bool | None],
+) -> list[GradeResult]:
+    """Grade the samples not in ``known``, appending each to ``samples.jsonl`` as it is graded.
+
+    With the LLM judge, verdicts an earlier run left in ``samples.jsonl`` for the same responses are reused."""
+    grader = grader_name(run.spec, options)
+    known = dict(known)
+    if options.grader == "llm" and run.spec.grader != "swebench":
+        known.update({i: g for i, g in _reusable_verdicts(out_dir / SAMPLES_FILE, samples, grader).items()
+                      if i not in known})
+    lines = _Lines(out_dir / SAMPLES_FILE, [sample_record(*samples[i], known[i], tokens[i], finished[i], grader)
+                                            for i in sorted(known)])
+    todo = [i for i in range(len(samples)) if i not in known]
+
+    def on_graded(position: int, grade: GradeResult) -> None:
+        index = todo[position]
+        task, j, response = samples[index]
+        lines.add(sample_record(task, j, response, grade, tokens[index], finished[index], grader))
+        if grade.details.get("capped_bytes"):
+            _say_capped(run.spec.name, task.id, j, f"the judge's reply capped at {grade.details['capped_bytes']:,} bytes")
+
+    try:
+        graded = grade_responses(run, [samples[i] for i in todo], options, model_name=model_name, out_dir=out_dir,
+                                 progress=bars.task(f"{run.spec.name}: grading", len(todo)), on_graded=on_graded)
+    finally:
+        lines.close()
+    results = dict(known)
+    results.update(zip(todo, graded))
+    return [results[i] for i in range(len(samples))]
+
+
+def _generation_keys(model_name: str, backend: str, decoding: dict[str, Any], prompts: Sequence[str]) -> list[str]:
+    """A key per prompt naming what its responses depend on (model name, backend, decoding, prompt)."""
+    settings = json.dumps({"model": model_name, "backend": backend, "decoding": decoding}, sort_keys=True)
+    return [hashlib.sha256(f"{settings}\0{prompt}".encode("utf-8", "surrogatepass")).hexdigest()[:20]
+            for prompt in prompts]
+
+
+def _response_record(task: Task, j: int, key: str, text: str, n_tokens, done) -> dict[str, Any]:
+    return {"id": task.id, "sample": j, "key": key, "response": text, "tokens": n_tokens, "finished": done}
+
+
+def _reusable_responses(path: Path, tasks: Sequence[Task], k: int, keys: Sequence[str]) -> dict[tuple[int, int], dict]:
+    """Responses an earlier run of the same settings left in ``responses.jsonl``, by (prompt, sample)."""
+    position = {t.id: i for i, t in enumerate(tasks)}
+    kept = {}
+    for record in _read_lines(path):
+        i, j = position.get(str(record.get("id"))), record.get("sample")
+        if i is not None and isinstance(j, int) and 0 <= j < k and record.get("key") == keys[i] \
+                and isinstance(record.get("response"), str):
+            kept[(i, j)] = record
+    return kept
+
+
+def _generate_and_keep(run: SuiteRun, backend, prompts: list[str], k: int, decoding: dict[str, Any], *,
+                       model_name: str, out_dir: Path, bars: "_Progress"):
+    """The backend's samples, written to ``responses.jsonl``.
+
+    A backend that hands samples over one by one (``--backend openai``) has each appended as it finishes,
+    and those an earlier run of the same settings left there are reused. A local backend samples all
+    again (a retrained checkpoint keeps its name, so its old responses could not be told apart)."""
+    path = out_dir / RESPONSES_FILE
+    keys = _generation_keys(model_name, getattr(backend, "name", "?"), decoding, prompts)
+    tasks = run.tasks
+    if "on_sample" not in inspect.signature(backend.generate).parameters:
+        generated = backend.generate(prompts, k, progress=bars.task(f"{run.spec.name}: sampling", len(prompts) * k),
+                                     **decoding)
+        _Lines(path, [_response_record(tasks[i], j, keys[i], generated.texts[i][j],
+                                       generated.tokens[i][j] if generated.tokens else None,
+                                       generated.finished[i][j] if generated.finished else None)
+                      for i in range(len(prompts)) for j in range(k)]).close()
+        return generated
+    kept = _reusable_responses(path, tasks, k, keys)
+    lines = _Lines(path, list(kept.values()))
+
+    def on_sample(i, j, text, n_tokens, done, failure) -> None:
+        if failure is None:
+            lines.add(_response_record(tasks[i], j, keys[i], text, n_tokens, done))
+        elif failure.startswith("reply capped"):
+            _say_capped(run.spec.name, tasks[i].id, j, failure)
+
+    try:
+        generated = backend.generate(prompts, k, progress=bars.task(f"{run.spec.name}: sampling", len(prompts) * k - len(kept)),
+                                     on_sample=on_sample, skip=set(kept), **decoding)
+    finally:
+        lines.close()
+    for (i, j), record in kept.items():
+        generated.texts[i][j], generated.tokens[i][j], generated.finished[i][j] = (
+            record["response"], record.get("tokens"), record.get("finished"))
+    return generated
 
 
 # ----------------------------------------------------------------------------- the two entry points
@@ -255,22 +475,31 @@ def evaluate_suite(
 
         swebench.require_docker()  # fail before spending time on generation
         swebench.require_full_rows([swebench.instance_row(t) for t in run.tasks], source=run.source)
+    from sao_env.benchmarks.llm_grader import failed_grade
+
     started = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
     prompts = [t.prompt if isinstance(t.prompt, str) else json.dumps(list(t.prompt)) for t in run.tasks]
+    grader = grader_name(spec, options)
     with _Progress(options.show_progress) as bars:
-        generated = backend.generate(prompts, k, progress=bars.task(f"{spec.name}: sampling", len(prompts) * k),
-                                     **decoding)
+        generated = _generate_and_keep(run, backend, prompts, k, decoding, model_name=model_name, out_dir=out_dir,
+                                       bars=bars)
         generation_s = time.perf_counter() - started
-        samples = [(task, j, generated.texts[i][j]) for i, task in enumerate(run.tasks) for j in range(k)]
+        failures = getattr(generated, "failures", {}) or {}
+        samples = [(task, j, None if (i, j) in failures else generated.texts[i][j])
+                   for i, task in enumerate(run.tasks) for j in range(k)]
+        known = {i * k + j: failed_grade(f"generation failed: {reason}", grader=grader)
+                 for (i, j), reason in failures.items()}
         samples, sanitized = _sanitized(samples)
+        tokens = [generated.tokens[i][j] if generated.tokens else None for i in range(len(run.tasks)) for j in range(k)]
+        finished = [generated.finished[i][j] if generated.finished else None
+                    for i in range(len(run.tasks)) for j in range(k)]
         grading_started = time.perf_counter()
-        grades = grade_responses(run, samples, options, model_name=model_name, out_dir=out_dir,
-                                 progress=bars.task(f"{spec.name}: grading", len(samples)))
+        grades = grade_and_keep(run, samples, options, model_name=model_name, out_dir=out_dir, bars=bars,
+                                known=known, tokens=tokens, finished=finished)
     grading_s = time.perf_counter() - grading_started
     if generated.max_new_tokens is not None and generated.max_new_tokens != decoding["max_new_tokens"]:
         decoding["max_new_tokens_used"] = generated.max_new_tokens
-    tokens = [generated.tokens[i][j] if generated.tokens else None for i in range(len(run.tasks)) for j in range(k)]
-    finished = [generated.finished[i][j] if generated.finished else None for i in range(len(run.tasks)) for j in range(k)]
     timing = {"generation_s": generation_s, "grading_s": grading_s, "total_s": time.perf_counter() - started}
     return write_results(run, samples, grades, options, model_name=model_name, out_dir=out_dir, k=k,
                          decoding=decoding, backend=getattr(backend, "name", "?"), tokens=tokens,
@@ -373,9 +602,10 @@ def grade_predictions(
     run = SuiteRun(run.spec, [t for t in run.tasks if t.id in graded_ids], run.total, run.source, run.missing_columns)
     model_name = model_name or recorded_model or predictions_path.stem
     started = time.perf_counter()
+    nothing = [None] * len(samples)
     with _Progress(options.show_progress) as bars:
-        grades = grade_responses(run, samples, options, model_name=model_name, out_dir=out_dir,
-                                 progress=bars.task(f"{run.spec.name}: grading", len(samples)))
+        grades = grade_and_keep(run, samples, options, model_name=model_name, out_dir=out_dir, bars=bars,
+                                known={}, tokens=nothing, finished=nothing)
     grading_s = time.perf_counter() - started
     return write_results(run, samples, grades, options, model_name=model_name, out_dir=out_dir,
                          k=max(counts.values()), decoding={}, backend="predictions",
@@ -410,20 +640,17 @@ def write_results(
     rewards: dict[str, list[float]] = defaultdict(list)
     category_of: dict[str, str | None] = {}
     reasons: Counter[str] = Counter()
-    with (out_dir / "samples.jsonl").open("w", encoding="utf-8") as handle:
-        for (task, j, response), grade, n_tokens, done in zip(samples, grades, tokens, finished):
-            details = dict(grade.details)
+    failed = 0
+    records = []
+    for (task, j, response), grade, n_tokens, done in zip(samples, grades, tokens, finished):
+        category_of[task.id] = task.metadata.get("category")
+        reasons[str(grade.details.get("reason"))] += 1
+        if is_failed(grade):
+            failed += 1
+        else:
             rewards[task.id].append(grade.reward)
-            category_of[task.id] = task.metadata.get("category")
-            reasons[str(details.get("reason"))] += 1
-            record = {
-                "id": task.id, "sample": j, "prompt": task.prompt, "response": response,
-                "extracted": details.get("extracted"), "gold": details.get("gold", task.reference.get("answer")),
-                "verdict": details.get("verdict"), "reward": grade.reward, "reason": details.get("reason"),
-                "grader": details.get("grader", grader), "tokens": n_tokens, "finished": done,
-                "category": task.metadata.get("category"),
-            }
-            handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        records.append(sample_record(task, j, response, grade, n_tokens, done, grader))
+    _Lines(out_dir / SAMPLES_FILE, records).close()
     scores = metrics.summarize_scores(rewards)
     unfinished = sum(1 for f in finished if f is False)
     from sao_env.provenance import code_key, code_version
@@ -452,9 +679,13 @@ def write_results(
         "tokens": {**metrics.token_stats(tokens), "unfinished": unfinished},
         "time": timing,
         "reasons": dict(sorted(reasons.items())),
+        "failed": failed,
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-    if options.leaderboard is not None:
+    if options.leaderboard is not None and failed:
+        print(f"sao-env: {spec.name}: {failed:,} sample(s) failed: the leaderboard is left as it was",
+              file=sys.stderr, flush=True)
+    elif options.leaderboard is not None:
         from sao_env.leaderboard.benchmarks import record_benchmark
 
         summary["_leaderboard"] = str(record_benchmark(options.leaderboard, summary,

@@ -18,15 +18,38 @@ FALLBACK_HELP = ("Where a math answer may come from besides the last \\boxed{}: 
                  "last-number (default: the suite's answer_fallback, none for every shipped suite).")
 
 
+MAX_NEW_TOKENS = 131072
+"""The most tokens a response may be asked for (``--max-new-tokens``)."""
+DEADLINE_HELP = ("Seconds one request to the server may take in all, connection, waiting and the whole reply "
+                 "(a try past it is cut off, then retried like a timeout). Default 1800, or $SAO_ENV_HTTP_DEADLINE_S.")
+GRADER_DEADLINE_HELP = ("Seconds one judge request may take in all, connection, waiting and the whole reply "
+                        "(a try past it is cut off, then retried like a timeout). Default 180, or "
+                        "$SAO_ENV_GRADER_DEADLINE_S.")
+MAX_REPLY_HELP = ("Largest reply read from a server or judge, in bytes; a larger one is cut off there and its sample "
+                  "fails, with one line saying so. Default 8388608 (8 MiB), or $SAO_ENV_HTTP_MAX_REPLY_BYTES.")
+
+
+def _check_limits(http_retries, request_deadline=None, grader_deadline=None, max_reply_bytes=None) -> None:
+    if http_retries is not None and http_retries < 0:
+        raise UserError("--http-retries must be at least 0")
+    for flag, value in (("--request-deadline", request_deadline), ("--grader-deadline", grader_deadline)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} must be greater than 0")
+    if max_reply_bytes is not None and max_reply_bytes < 1:
+        raise UserError("--max-reply-bytes must be at least 1")
+
+
 def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model, grader_base_url,
-             grader_api_key, grading_timeout, leaderboard, progress, answer_fallback=None, http_retries=None):
+             grader_api_key, grading_timeout, leaderboard, progress, answer_fallback=None, http_retries=None,
+             grader_deadline=None, max_reply_bytes=None):
     from sao_env.benchmarks.evaluate import EvalOptions
 
     for flag, value in (("--k", k), ("--limit", limit), ("--max-new-tokens", max_new_tokens)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1")
-    if http_retries is not None and http_retries < 0:
-        raise UserError("--http-retries must be at least 0")
+    if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
+        raise UserError(f"--max-new-tokens must be at most {MAX_NEW_TOKENS:,}")
+    _check_limits(http_retries, None, grader_deadline, max_reply_bytes)
     if leaderboard is not None:
         from sao_env.leaderboard.benchmarks import check_folder
 
@@ -35,7 +58,8 @@ def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_
     if grader == "llm":
         from sao_env.benchmarks.llm_grader import LLMJudge
 
-        judge = LLMJudge(grader_model, base_url=grader_base_url, api_key=grader_api_key, retries=http_retries)
+        judge = LLMJudge(grader_model, base_url=grader_base_url, api_key=grader_api_key, retries=http_retries,
+                         deadline_s=grader_deadline, max_bytes=max_reply_bytes)
     return EvalOptions(k=k, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                        seed=seed, grader=grader, judge=judge, grading_timeout_s=grading_timeout,
                        leaderboard=leaderboard, show_progress=progress, answer_fallback=answer_fallback)
@@ -71,6 +95,19 @@ def _print_summaries(summaries: list[dict]) -> None:
         console.print(f"leaderboard: {', '.join(boards)} (and index.html beside it)", soft_wrap=True)
 
 
+def _exit_if_failed(summaries: list[dict]) -> None:
+    """One line with the number of failed samples and exit code 1, when any failed."""
+    failed = sum(s.get("failed") or 0 for s in summaries)
+    if not failed:
+        return
+    total = sum((s.get("n") or 0) + (s.get("failed") or 0) for s in summaries)
+    import sys
+
+    print(f"sao-env: {failed:,} of {total:,} sample(s) failed (verdict 'failed', reason in samples.jsonl); "
+          "the others are kept: run the same command again to retry the failed ones", file=sys.stderr, flush=True)
+    raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
@@ -95,6 +132,9 @@ def register(app: typer.Typer) -> None:
         api_key: Optional[str] = typer.Option(None, "--api-key", help="Key for --backend openai (env OPENAI_API_KEY)."),
         api: Api = typer.Option("chat", "--api", help="--backend openai: chat (/v1/chat/completions) or completions (/v1/completions)."),
         http_retries: Optional[int] = typer.Option(None, "--http-retries", help="Retries of a failed request to a server or judge (429, 5xx, connection errors; Retry-After honoured). Default 8, or $SAO_ENV_HTTP_RETRIES."),
+        request_deadline: Optional[float] = typer.Option(None, "--request-deadline", help=DEADLINE_HELP),
+        grader_deadline: Optional[float] = typer.Option(None, "--grader-deadline", help=GRADER_DEADLINE_HELP),
+        max_reply_bytes: Optional[int] = typer.Option(None, "--max-reply-bytes", help=MAX_REPLY_HELP),
         batch_size: int = typer.Option(16, "--batch-size", help="--backend transformers: sequences sampled together."),
         concurrency: int = typer.Option(8, "--concurrency", help="--backend openai: requests in flight."),
         tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="--backend vllm: GPUs per model."),
@@ -103,19 +143,25 @@ def register(app: typer.Typer) -> None:
         leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also record the results in this leaderboard folder (benchmarks.csv, one row per model, suite and k; benchmarks.md; index.html), e.g. leaderboards."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
     ) -> None:
-        """Evaluate a checkpoint or model on benchmark suites (avg@k, pass@k, 95% CI)."""
+        """Evaluate a checkpoint or model on benchmark suites (avg@k, pass@k, 95% CI).
+
+        Each finished sample is kept as it finishes (responses.jsonl, samples.jsonl): a stopped or failed
+        run is resumed by running the same command again. A sample whose request cannot succeed is recorded
+        as failed with its reason; the command then says how many failed and exits with 1."""
         from sao_env.benchmarks.runner import run_eval
         from sao_env.benchmarks.suites import parse_suite_list
 
+        _check_limits(http_retries, request_deadline, grader_deadline, max_reply_bytes)
         options = _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model,
                            grader_base_url, grader_api_key, grading_timeout, leaderboard, progress,
-                           answer_fallback, http_retries)
+                           answer_fallback, http_retries, grader_deadline, max_reply_bytes)
         backend_options = {"batch_size": batch_size, "base_url": base_url, "api_key": api_key, "api": api,
                            "concurrency": concurrency, "tensor_parallel_size": tensor_parallel_size,
-                           "retries": http_retries}
+                           "retries": http_retries, "deadline_s": request_deadline, "max_bytes": max_reply_bytes}
         summaries = run_eval(model, parse_suite_list(suite), data=data, checkpoint=checkpoint, backend=backend,
                              backend_options=backend_options, options=options, out=out, model_name=model_name)
         _print_summaries(summaries)
+        _exit_if_failed(summaries)
 
     @app.command("grade")
     def grade_command(
@@ -132,13 +178,21 @@ def register(app: typer.Typer) -> None:
         model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in the summary (default: swebench's model_name_or_path, else the predictions file name)."),
         leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also record the result in this leaderboard folder (benchmarks.csv, benchmarks.md, index.html)."),
         http_retries: Optional[int] = typer.Option(None, "--http-retries", help="Retries of a failed judge request (default 8, or $SAO_ENV_HTTP_RETRIES)."),
+        grader_deadline: Optional[float] = typer.Option(None, "--grader-deadline", help=GRADER_DEADLINE_HELP),
+        max_reply_bytes: Optional[int] = typer.Option(None, "--max-reply-bytes", help=MAX_REPLY_HELP),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     ) -> None:
-        """Grade saved responses for one suite and write samples.jsonl and summary.json."""
+        """Grade saved responses for one suite and write samples.jsonl and summary.json.
+
+        Each graded sample is appended to samples.jsonl as it is graded; a rerun reuses the judge's verdicts
+        on the same responses. A sample the judge cannot grade (a request that cannot succeed, an invalid
+        reply) is recorded as failed with its reason; the command then says how many failed and exits with 1."""
         from sao_env.benchmarks.runner import run_grade
 
         options = _options(None, None, None, None, None, 0, grader, grader_model, grader_base_url,
-                           grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries)
+                           grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries,
+                           grader_deadline, max_reply_bytes)
         summary = run_grade(suite, predictions, out=out, data=data, model_name=model_name, options=options)
         summary["_out"] = str(out)
         _print_summaries([summary])
+        _exit_if_failed([summary])
