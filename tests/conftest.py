@@ -133,11 +133,15 @@ def session_env(name: str, value: str):
 @pytest.fixture(scope="session", autouse=True)
 def sao_env_cache(tmp_path_factory):
     """Point ``$SAO_ENV_CACHE`` at a session temporary folder, shared by pytest-xdist's workers (the
-    warm-start cache locks each entry, so one worker trains a warm start and the others read it)."""
+    warm-start cache locks each entry, so one worker trains a warm start and the others read it); packaged
+    models (``make test`` converts them while setting up) are read from the user's cache."""
+    from sao_env.policy.packaged import cache_folder
+
     base = tmp_path_factory.getbasetemp()
     path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sao-env-cache"
     path.mkdir(exist_ok=True)
-    with session_env("SAO_ENV_CACHE", str(path)):
+    models = str(cache_folder("_").parent)  # packaged models are conversions, not results: the user's cache serves
+    with session_env("SAO_ENV_MODEL_CACHE", models), session_env("SAO_ENV_CACHE", str(path)):
         yield path
 
 

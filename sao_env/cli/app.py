@@ -60,6 +60,7 @@ from sao_env.cli import grid as _grid; _grid.register(app)  # noqa: E402,E702
 benchmarks.register(app)
 from sao_env.cli import images as _images; _images.register(app)  # noqa: E402,E702
 from sao_env.cli import verdict as _verdict; _verdict.register(app)  # noqa: E402,E702
+from sao_env.cli import models as _models; _models.register(app)  # noqa: E402,E702
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

@@ -40,7 +40,8 @@ class ModelSpec(OmitDefaults):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     name: str = "tiny-qwen2"
-    """`tiny-qwen2`, `tiny-llama`, or a Hugging Face model id / local path."""
+    """`tiny-qwen2`, `tiny-llama`, a packaged pretrained model (`smollm2-135m-instruct`: `sao-env models`), or a
+    Hugging Face model id / local path."""
     hidden_size: int = Field(96, gt=0)
     """Width of the tiny model (ignored for hub models)."""
     num_layers: int = Field(3, gt=0)
@@ -116,10 +117,18 @@ def _from_hub(load, name: str):
                             + f": {reason}") from None
 
 
+def resolved_name(name: str) -> str:
+    """The folder or hub id to load ``name`` from: a packaged model's materialized folder
+    (``sao_env.policy.packaged``, converted on first use), else ``name`` itself."""
+    from sao_env.policy import packaged
+
+    return str(packaged.materialize(name)) if packaged.is_packaged(name) else name
+
+
 def build_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     if spec.is_tiny:
         return build_char_tokenizer()
-    tokenizer = _from_hub(load_tokenizer, spec.name)
+    tokenizer = _from_hub(load_tokenizer, resolved_name(spec.name))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -130,7 +139,7 @@ def build_policy(spec: ModelSpec, tokenizer: PreTrainedTokenizerBase, *, seed: i
     """Instantiate the policy; the tiny one is seeded so that the same spec gives the same weights."""
     dtype = getattr(torch, spec.dtype)
     if not spec.is_tiny:
-        return _from_hub(lambda name: AutoModelForCausalLM.from_pretrained(name, dtype=dtype), spec.name)
+        return _from_hub(lambda name: AutoModelForCausalLM.from_pretrained(name, dtype=dtype), resolved_name(spec.name))
     config_cls = TINY_ARCHITECTURES[spec.name]
     config = config_cls(
         vocab_size=len(tokenizer),
