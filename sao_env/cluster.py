@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, install_command
 
 RESOURCE_NAMES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 """Resource names ``--run-resources`` takes beside custom ones, and the Ray task options they set."""
@@ -158,22 +158,102 @@ def from_options(address: str | None, *, resources: str | None = None, node_runs
     return Cluster(address.strip(), parse_resources(resources), node_runs_dir, ship)
 
 
+START_HINT = "start one with `ray start --head` (or name a running one: --cluster HOST:PORT)"
+AUTH_HINT = ("set RAY_AUTH_MODE=token where this command runs (the token from ~/.ray/auth_token, $RAY_AUTH_TOKEN "
+             "or $RAY_AUTH_TOKEN_PATH)")
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[Path]:
+    """File descriptor 2 into a temporary file for the block: Ray's C++ core writes its retries there
+    (``gcs_client.cc ... InvalidAuthToken``, one a second). Yields the file, read for a failure's line."""
+    with tempfile.NamedTemporaryFile(prefix="sao-env-ray-", suffix=".log") as log:
+        try:
+            import sys
+
+            sys.stderr.flush()
+        except Exception:  # pragma: no cover - a closed stream
+            pass
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield Path(log.name)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def probe(address: str) -> None:
+    """Fail within seconds, in one line, where ``ray.init`` would retry for half a minute: no cluster at the
+    address (``ray start --head``), or a cluster with token authentication while this process has none
+    (``RAY_AUTH_MODE=token``). A ``ray://`` address (Ray Client) is left to ``ray.init``."""
+    if address.startswith("ray://"):
+        return
+    from ray._private import services
+
+    try:
+        gcs = services.canonicalize_bootstrap_address(address)
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        raise UserError(f"--cluster {address}: no running Ray cluster found ({' '.join(str(err).split())[:200]}); "
+                        f"{START_HINT}") from None
+    if gcs is None:
+        raise UserError(f"--cluster {address}: no running Ray cluster found on this machine and $RAY_ADDRESS is unset; "
+                        f"{START_HINT}")
+    host, _, port = gcs.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except (OSError, ValueError) as err:
+        raise UserError(f"--cluster {address}: no Ray cluster answers at {gcs} ({err.strerror or err}); "
+                        f"{START_HINT}") from None
+    if address == "auto" and os.environ.get("RAY_AUTH_MODE") is None:
+        # ray.init(address="auto") turns token authentication on where a token exists; so does the probe
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+
+        quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        level, quiet.level = quiet.level, logging.ERROR  # its warning that token authentication is on
+        try:
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        finally:
+            quiet.setLevel(level)
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    with _quiet_stderr():
+        try:
+            GcsClient(address=gcs, cluster_id=None)
+        except AuthenticationError:
+            raise UserError(f"--cluster {address}: the Ray cluster at {gcs} requires token authentication; "
+                            f"{AUTH_HINT}") from None
+        except Exception:  # anything else: ray.init says it
+            return
+
+
 @contextmanager
 def connected(cluster: Cluster) -> Iterator[Any]:
-    """Ray, joined to ``cluster`` for the block (left after it, unless this process had joined one before)."""
+    """Ray, joined to ``cluster`` for the block (left after it, unless this process had joined one before).
+    No cluster at the address, or one that wants a token this process lacks, is a one-line error within
+    seconds (``probe``); Ray's own log lines while joining are not shown."""
     try:
         import ray
     except ImportError:
-        raise UserError("--cluster needs Ray: pip install 'sao-env[ray]' (or pip install ray)") from None
+        raise UserError(f"--cluster needs Ray: {install_command('ray')}") from None
     joined = not ray.is_initialized()
     if joined:
+        probe(cluster.address)
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
-            ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            raise UserError(f"--cluster {cluster.address}: cannot join a Ray cluster there "
-                            f"({' '.join(str(err).split())[:300]})") from None
+            with _quiet_stderr() as log:
+                try:
+                    ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+                except (ConnectionError, RuntimeError, ValueError) as err:
+                    auth = "InvalidAuthToken" in log.read_text(errors="replace") or "uthenticat" in str(err)
+                    raise UserError(f"--cluster {cluster.address}: cannot join a Ray cluster there "
+                                    f"({' '.join(str(err).split())[:300]}); "
+                                    + (AUTH_HINT if auth else f"{START_HINT}; a cluster with token "
+                                       "authentication also needs RAY_AUTH_MODE=token here")) from None
         finally:
             if main:
                 signal.signal(signal.SIGTERM, sigterm)

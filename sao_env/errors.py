@@ -21,3 +21,19 @@ def did_you_mean(word: str, candidates, *, sep: str = "; ") -> str:
     if not close:
         return ""
     return f"{sep}did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+def checkout() -> bool:
+    """Whether sao_env runs from a source checkout (an editable install, ``make install``): its package
+    folder has the project's pyproject.toml beside it."""
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "pyproject.toml").is_file()
+
+
+def install_command(extra: str) -> str:
+    """The command that installs an optional extra, in the form that works here: in a checkout
+    ``pip install -e '.[ray]'`` (or ``make install-all``, every extra at once), else ``pip install 'sao-env[ray]'``."""
+    if checkout():
+        return f"pip install -e '.[{extra}]' in the checkout (or make install-all: every extra)"
+    return f"pip install 'sao-env[{extra}]'"

@@ -69,7 +69,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sao_env.errors import UserError
-from sao_env.experiment import MadeElsewhere, plan_run, reuse_check, run_many
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.tables import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns, run_record
 from sao_env.provenance import code_key, code_version
@@ -217,11 +216,59 @@ class GridSpec(BaseModel):
         return {k: [axis_text(v) for v in vs] for k, vs in self.axes.items()}
 
 
+def plan_run(*args: Any, **kwargs: Any):
+    """``sao_env.experiment.plan_run``, imported when first called: reading and checking a grid file loads no
+    torch, so a typo in it is one line within about a second."""
+    from sao_env.experiment import plan_run as plan
+
+    return plan(*args, **kwargs)
+
+
+def reuse_check(*args: Any, **kwargs: Any):
+    """``sao_env.experiment.reuse_check`` (imported when called, as ``plan_run``)."""
+    from sao_env.experiment import reuse_check as check
+
+    return check(*args, **kwargs)
+
+
+def run_many(*args: Any, **kwargs: Any):
+    """``sao_env.experiment.run_many`` (imported when called, as ``plan_run``)."""
+    from sao_env.experiment import run_many as many
+
+    return many(*args, **kwargs)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the model nested at ``loc`` (field names, list indices skipped) accepts; [] where unknown."""
+    import typing
+
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        found = None
+        stack = [field.annotation]
+        while stack:
+            kind = stack.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found = kind
+                break
+            stack.extend(typing.get_args(kind))
+        if found is None:
+            return []
+        model = found
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
 def _one_line(err: ValidationError, source: str) -> str:
     first = err.errors()[0]
     where = ".".join(str(x) for x in first["loc"])
     if first["type"] == "extra_forbidden":
-        return f"{source}: unknown key {where!r}"
+        from sao_env.errors import did_you_mean
+
+        return f"{source}: unknown key {where!r}{did_you_mean(first['loc'][-1], _fields_at(GridSpec, first['loc'][:-1]))}"
     message = first["msg"].removeprefix("Value error, ")
     return f"{source}: {where + ': ' if where else ''}{message}"
 
@@ -457,6 +504,8 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
 
     def done(plan: Any, summary: dict, seconds: float, row: tuple[dict, dict] | None = None) -> None:
         run = by_out[plan.out]
+        from sao_env.experiment import MadeElsewhere
+
         if isinstance(summary, MadeElsewhere):  # another process (a second grid) made it while this one waited
             reused.append(run)
             report(f"reused {run.describe(grid.axes)}: another process made it  {plan.out}")

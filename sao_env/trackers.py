@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, install_command
 
 LOGGERS = ("tensorboard", "wandb")
 """Names accepted by ``--logger``."""
@@ -96,7 +96,7 @@ def require(names: tuple[str, ...]) -> None:
         try:
             __import__(module)
         except ImportError:
-            raise UserError(f"--logger {logger} needs the {logger} package: pip install 'sao-env[{logger}]'") from None
+            raise UserError(f"--logger {logger} needs the {logger} package: {install_command(logger)}") from None
 
 
 def open_trackers(names: tuple[str, ...], out: Path, *, name: str, config: dict[str, Any]) -> list[Tracker]:

@@ -118,7 +118,7 @@ def test_a_row_missing_from_a_cell_is_an_error_unless_partial(tmp_path, capsys):
     assert main(["verdict", str(path), "--per-seed", str(csv)]) == 2
     assert one_error(capsys) == (f"sao-env: error: prediction A: no run of row 'critic' at cell 'y' in {csv} "
                                  "(rows there: mean); with --partial it has no data")
-    assert main(["verdict", str(path), "--per-seed", str(csv), "--partial"]) == 0
+    assert main(["verdict", str(path), "--per-seed", str(csv), "--partial", "--out", str(tmp_path)]) == 0
     assert pd.read_csv(tmp_path / "verdict.csv")["verdict"].tolist() == ["no data"]
 
 

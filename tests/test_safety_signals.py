@@ -107,5 +107,5 @@ def test_a_run_process_stopped_by_a_signal_exits_128_plus_it_with_one_line(warm,
     if backend == "sim":  # a checkpoint, and the command that resumes from it
         assert said[0].startswith(f"sao-env: {name}: stopped at simulated") and said[0].endswith("--resume")
     else:
-        assert said[0] == f"sao-env: stopped by {name}; {tmp_path / 'run'} is unfinished (no summary.json) " \
-                          f"(exit {128 + signum})"
+        assert said[0].startswith(f"sao-env: stopped by {name}; {tmp_path / 'run'} is unfinished (no summary.json); "
+                                  "resume with: sao-env run ") and said[0].endswith(f" --resume (exit {128 + signum})")

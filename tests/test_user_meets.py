@@ -173,7 +173,8 @@ def test_run_prints_its_summary_json_on_stdout(monkeypatch, capsys, tmp_path):
     _fake_run(monkeypatch)
     assert main(["run", "--agent", "sao", "--out", str(tmp_path / "run"), *SHRINK]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out) == {"env": "style-drift", "agent": "sao", "online_reward": 0.5, "auc": None}
+    assert json.loads(out) == {"env": "style-drift", "agent": "sao", "online_reward": 0.5, "auc": None,
+                               "run_dir": str(tmp_path / "run")}
     assert f"run directory: {tmp_path / 'run'}" in err
 
 

@@ -52,6 +52,11 @@ def resolve_model(argument: str, checkpoint: str | None = None, *, local: bool =
     if checkpoint is not None:
         raise UserError(f"--checkpoint needs a run directory (config.yaml + checkpoints/); {argument} is not one")
     if path.is_dir():
+        if local and not (path / "config.json").is_file():
+            what = ("a run's config.yaml but no checkpoints/ (an unfinished run?)" if (path / "config.yaml").is_file()
+                    else "no checkpoints/final (it is not a run directory)")
+            raise UserError(f"{argument}: the folder holds {what} and no model (no config.json): pass a run "
+                            "directory, a model folder or a Hugging Face id")
         return ModelRef(str(path), path.resolve().name)
     if path.exists():
         raise UserError(f"{argument} is a file; pass a run directory, a model folder or a Hugging Face id")

@@ -70,15 +70,19 @@ def grid(
                               plan_grid, reuse_decision, run_grid, write_grid)
     from sao_env.leaderboard.maps import provisional_text
     from sao_env.provenance import code_version
-    from sao_env.sweep import parse_seeds
 
     if figure not in FIGURES:
         raise UserError(f"--figure must be one of {', '.join(FIGURES)}, got {figure!r}")
     if tables_only and (dry_run or not skip_existing):
         raise UserError(f"--tables-only makes no run; it does not go with {'--dry-run' if dry_run else '--no-skip-existing'}")
-    every = _checkpoint_every(checkpoint_every)
     on_cluster = from_options(cluster, resources=run_resources, node_runs_dir=node_runs_dir, ship=ship_runs, jobs=jobs)
-    spec = load_grid(path, seeds=parse_seeds(seeds) if seeds is not None else None, metric=metric)
+    seed_list = None
+    if seeds is not None:
+        from sao_env.sweep import parse_seeds  # torch: only where --seeds is given (a grid file's typo is one line in a second)
+
+        seed_list = parse_seeds(seeds)
+    spec = load_grid(path, seeds=seed_list, metric=metric)
+    every = _checkpoint_every(checkpoint_every)  # torch (the checkpoint module): after the grid file's checks
     planned = plan_grid(spec, source=path, runs_dir=runs_dir, build_sources=not dry_run)
     out = out if out is not None else default_out(path)
     check_out(planned, out)

@@ -220,7 +220,11 @@ def run(
                       *(overrides or []), "--resume"]
     finished, why = reuse_check(plan) if resume or plan.out.exists() else (False, "")
     if finished and resume:
-        console.print(f"run directory {plan.out} has nothing to resume: it {why}", soft_wrap=True)
+        console.print(f"run directory {plan.out} has nothing to resume: it {why}; its summary:", soft_wrap=True,
+                      highlight=False, markup=False)
+        summary = json.loads((plan.out / "summary.json").read_text())
+        typer.echo(strict_json({**{k: v for k, v in summary.items() if not isinstance(v, (list, dict))},
+                                "run_dir": str(plan.out)}))
         return
     if not resume and why.startswith("unfinished; resumes from"):
         console.print(f"sao-env: warning: {plan.out} holds an unfinished run of this configuration that --resume "
@@ -232,10 +236,14 @@ def run(
                                  resume=resume, checkpoint_every=every, overwrite=overwrite)
     except RunInterrupted as err:  # a sim run: it wrote a checkpoint
         _interrupted(err, resume_command)
-    except KeyboardInterrupt as err:  # SIGINT or SIGTERM (``cli.app.Stopped``) in a real-time run
-        _stopped(err, f"{plan.out} is unfinished (no summary.json)")
+    except KeyboardInterrupt as err:  # SIGINT or SIGTERM (``cli.app.Stopped``): a real-time run, or the warm start
+        warm = getattr(err, "sao_warm_start", None)
+        what = (f"the warm start stopped at step {warm[0]} of {warm[1]} (not checkpointed: it trains again)"
+                if warm else f"{plan.out} is unfinished (no summary.json)")
+        _stopped(err, f"{what}; resume with: {shlex.join(resume_command)}")
     console.print(f"run directory: {plan.out}", soft_wrap=True, highlight=False, markup=False)
-    typer.echo(strict_json({k: v for k, v in summary.items() if not isinstance(v, (list, dict))}))  # stdout: | jq
+    typer.echo(strict_json({**{k: v for k, v in summary.items() if not isinstance(v, (list, dict))},
+                            "run_dir": str(plan.out)}))  # stdout: | jq
 
 
 def strict_json(data: dict) -> str:

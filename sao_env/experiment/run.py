@@ -151,6 +151,11 @@ class Run:
         """Refuse to replace another configuration's run, and a finished run on ``resume=True``."""
         recorded, finished = self._recorded()
         if recorded is None:
+            others = foreign_entries(self.out)
+            if others:
+                shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+                raise UserError(f"{self.out} holds other files and no run ({shown}); a run writes config.yaml, "
+                                f"its logs and checkpoints there: use another --out (a new or empty folder)")
             return
         provenance = recorded.pop("provenance", None) or {}
         if provenance.get("config_hash") != self.config_hash and not self.overwrite:
@@ -232,7 +237,7 @@ class Run:
         scenario = Scenario(config.env, seed=config.seed)
         provenance = {"config_hash": self.config_hash, "label": self.label, "overrides": list(self.overrides),
                       "code": self.code, "versions": package_versions(), "numerics": numerics_record(),
-                      "datasets": datasets_read(scenario)}
+                      "datasets": datasets_read(scenario), "device": _device(config)}
         write_atomic(out / "config.yaml", yaml.safe_dump({**self.expanded, "provenance": provenance}, sort_keys=False))
         manifests = scenario.manifests()
         if manifests:
@@ -277,6 +282,27 @@ class Run:
         write_atomic(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
         shutil.rmtree(self.checkpoints, ignore_errors=True)
         return summary
+
+
+RUN_ENTRIES = frozenset({"config.yaml", "checkpoints", RunLock.NAME, *LOGS, *STALE_OUTPUTS})
+"""What a run directory holds (``unresumed-<n>/`` too): a folder with anything else and no config.yaml is
+not a run's, and a run is not written among its files."""
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """The names in ``out`` (sorted) that no run writes; [] where ``out`` is missing or holds only a run's files."""
+    try:
+        names = sorted(entry.name for entry in Path(out).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n for n in names if n not in RUN_ENTRIES and not n.startswith("unresumed-")]
+
+
+def _device(config: RunConfig) -> str:
+    """The device the policy runs on (``agent.model.device`` resolved: ``auto`` is a GPU or the CPU)."""
+    from sao_env.policy.placement import resolve_device
+
+    return str(resolve_device(getattr(config.agent.model, "device", None) or "cpu"))
 
 
 def run_experiment(config: RunConfig, out: Path, **options: Any) -> dict:

@@ -215,7 +215,14 @@ def compare(gold: str, answer: str) -> tuple[bool, str]:
 
 
 def _worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
-    """Serve ``(job_id, gold, answer)`` requests until ``None`` arrives."""
+    """Serve ``(job_id, gold, answer)`` requests until ``None`` arrives.
+
+    SIGINT is ignored: Ctrl-C in a terminal reaches the whole process group, and the command (the parent)
+    answers it with its one line; a worker ends when its pipe closes or the pool kills it, never with a
+    ``KeyboardInterrupt`` traceback of its own."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import logging
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warnings

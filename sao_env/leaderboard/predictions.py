@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 VERDICT_MD, VERDICT_CSV = "verdict.md", "verdict.csv"
-"""What ``sao-env verdict`` writes beside the predictions file (a map's folder): the site shows the table."""
+"""What ``sao-env verdict`` writes (into runs/verdicts/NAME, or --out: a map's folder, where the site shows the table)."""
 ALPHA = 0.05
 """The default level: ``stats.ALPHA``, named here so that reading a predictions file imports neither
 pandas nor scipy (a bad file is one line within about a second)."""

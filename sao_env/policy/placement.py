@@ -38,7 +38,13 @@ def resolve_device(name: str) -> torch.device:
     from sao_env.errors import UserError
 
     if name == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda:0")
+        import warnings
+
+        warnings.warn("agent.model.device=auto: torch sees no CUDA GPU here; the model runs on the CPU "
+                      "(the run's provenance records the device)", UserWarning, stacklevel=2)
+        return torch.device("cpu")
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():

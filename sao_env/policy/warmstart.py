@@ -187,29 +187,50 @@ def supervised_warm_start(
     losses = []
     model.train()
     heartbeat = Heartbeat(f"warm start of {scenario.spec.name} (supervised)", spec.steps)
-    heartbeat.line(f"training {spec.steps} steps of {spec.batch_size} demonstrations; a line every "
-                   f"{heartbeat.every_s:.0f} s")
-    with Progress(disable=not show_progress, transient=True) as progress:
-        bar = progress.add_task("warm start (supervised)", total=spec.steps)
-        forward = forward_threads or threads
-        helper = forward == 1 and fork_is_safe()  # with more threads the helper would take the spare core
-        for tokens, labels in demonstration_batches(tokenizer, scenario, spec, helper=helper):
-            torch.set_num_threads(forward)
-            try:
-                loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(),
-                             labels=labels).loss
-            finally:
-                torch.set_num_threads(threads)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            losses.append(loss.item())
-            progress.update(bar, advance=1, description=f"warm start (supervised) loss {loss.item():.3f}")
-            heartbeat.tick(len(losses), f"loss {losses[-1]:.3f}")
+    say = lambda text: print(f"sao-env: {heartbeat.what}: {text}", file=heartbeat.stream, flush=True)  # noqa: E731
+    say(f"training {spec.steps} steps of {spec.batch_size} demonstrations once (then cached); it is not "
+        f"checkpointed: an interruption loses it and the next start trains it again"
+        + (f"; a line every {heartbeat.every_s:.0f} s" if heartbeat.enabled else ""))
+    started = time.monotonic()
+    try:
+        with Progress(disable=not show_progress, transient=True) as progress:
+            _train(model, tokenizer, scenario, spec, optimizer, schedule, losses, progress, heartbeat, say,
+                   started, forward_threads or threads, threads)
+    except KeyboardInterrupt as err:  # the command's line says where it stopped and how to start again
+        err.sao_warm_start = (len(losses), spec.steps)
+        raise
     model.eval()
     return losses
+
+
+ESTIMATE_AFTER_STEPS = 3
+"""The warm start says how long it will take once this many steps are measured (the first includes set-up)."""
+
+
+def _train(model, tokenizer, scenario, spec, optimizer, schedule, losses, progress, heartbeat, say, started,
+           forward, threads) -> None:
+    """``supervised_warm_start``'s loop."""
+    bar = progress.add_task("warm start (supervised)", total=spec.steps)
+    helper = forward == 1 and fork_is_safe()  # with more threads the helper would take the spare core
+    for tokens, labels in demonstration_batches(tokenizer, scenario, spec, helper=helper):
+        torch.set_num_threads(forward)
+        try:
+            loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(),
+                         labels=labels).loss
+        finally:
+            torch.set_num_threads(threads)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        progress.update(bar, advance=1, description=f"warm start (supervised) loss {loss.item():.3f}")
+        heartbeat.tick(len(losses), f"loss {losses[-1]:.3f}")
+        if len(losses) == min(ESTIMATE_AFTER_STEPS, spec.steps - 1):
+            per_step = (time.monotonic() - started) / len(losses)
+            say(f"about {per_step * spec.steps:.0f} s in all ({per_step:.2f} s a step over the first "
+                f"{len(losses)}; {per_step * (spec.steps - len(losses)):.0f} s to go)")
 
 
 class _DemonstrationBatches(torch.utils.data.IterableDataset):

@@ -28,7 +28,7 @@ import threading
 
 import torch
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, install_command
 from sao_env.runtime.core import Request
 from sao_env.runtime.reaper import Reaper
 from sao_env.runtime.rollout import Rollout, play
@@ -39,7 +39,7 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise UserError("runtime.backend=ray needs Ray: pip install 'sao-env[ray]' (or pip install ray)") from None
+        raise UserError(f"runtime.backend=ray needs Ray: {install_command('ray')}") from None
     return ray
 
 

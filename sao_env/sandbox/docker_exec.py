@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, install_command
 from sao_env.sandbox.base import Capture, ExecResult, Limits, classify, one_line, sandbox_env
 
 _READ_GRACE_S = 5.0
@@ -89,7 +89,7 @@ def engine_problem() -> str | None:
     try:
         import docker
     except ImportError:
-        return "the docker SDK is not installed (pip install 'sao-env[swe]')"
+        return f"the docker SDK is not installed ({install_command('swe')})"
     try:
         client = docker.from_env(timeout=10)
         client.ping()
@@ -125,7 +125,7 @@ class DockerExecutor:
         try:
             import docker
         except ImportError:
-            raise UserError("the Docker executor needs the docker SDK: pip install 'sao-env[swe]'") from None
+            raise UserError(f"the Docker executor needs the docker SDK: {install_command('swe')}") from None
         try:
             self._client = client if client is not None else docker.from_env(timeout=30)
             self._client.ping()

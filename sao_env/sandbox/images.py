@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sao_env.errors import UserError
+from sao_env.errors import UserError, install_command
 from sao_env.sandbox.base import one_line
 
 REPOSITORY = "sao-env/sandbox"
@@ -125,7 +125,7 @@ def _python_packages() -> tuple[tuple[str, str], ...]:
             out.append((name, importlib.metadata.version(name)))
         except importlib.metadata.PackageNotFoundError:
             raise UserError(f"the sandbox image copies {name} from this interpreter, which lacks it: "
-                            f"pip install 'sao-env[dev]'") from None
+                            f"{install_command('dev')}") from None
     return tuple(out)
 
 
@@ -159,7 +159,7 @@ def client(timeout: int = 30):
     try:
         import docker
     except ImportError:
-        raise UserError("the Docker sandbox needs the docker SDK: pip install 'sao-env[swe]'") from None
+        raise UserError(f"the Docker sandbox needs the docker SDK: {install_command('swe')}") from None
     try:
         handle = docker.from_env(timeout=timeout)
         handle.ping()
