@@ -151,3 +151,38 @@ def test_a_merge_into_an_empty_per_seed_table_writes_nothing(tmp_path):
         write_merged_board(boards, ENV, tmp_path / "runs", {"sao": by_recipe["sao"]})
     assert sorted(p.name for p in boards.iterdir()) == [f"{ENV}-runs.csv"]
     assert (boards / f"{ENV}-runs.csv").read_bytes() == b""
+
+
+def _record_after(barrier, folder: Path, model: str) -> None:
+    from sao_env.leaderboard.benchmarks import record_benchmark
+
+    barrier.wait()
+    record_benchmark(folder, {"model": model, "suite": "hmmt", "k": 1, "accuracy": 0.25, "n": 4, "problems": 4,
+                              "code_version": "test"})
+
+
+def test_evaluations_recorded_at_once_keep_every_row_and_a_killed_write_keeps_the_old_table(tmp_path, monkeypatch):
+    """``record_benchmark`` (sao-env eval's board): three processes at once leave three rows; a write killed
+    midway leaves benchmarks.csv byte-identical."""
+    from sao_env.leaderboard.benchmarks import record_benchmark
+
+    folder = tmp_path / "bench"
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(3)
+    workers = [ctx.Process(target=_record_after, args=(barrier, folder, f"m{i}")) for i in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0, 0, 0]
+    assert sorted(pd.read_csv(folder / "benchmarks.csv")["model"]) == ["m0", "m1", "m2"]
+    before = (folder / "benchmarks.csv").read_bytes()
+
+    def half_then_fail(self, path_or_buf=None, *args, **kwargs):
+        Path(path_or_buf).write_text("model,suite\nm9,hm")
+        raise OSError("killed")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", half_then_fail)
+    with pytest.raises(OSError):
+        record_benchmark(folder, {"model": "m9", "suite": "hmmt", "k": 1, "accuracy": 0.5, "n": 4, "code_version": "t"})
+    assert (folder / "benchmarks.csv").read_bytes() == before

@@ -75,21 +75,27 @@ def record_benchmark(folder: Path, summary: dict[str, Any], *, generator: str = 
     suite and k), rewrite ``benchmarks.md`` and the site; returns the paths written."""
     from sao_env.leaderboard.site import write_site
 
+    from sao_env.experiment.files import replacing
+    from sao_env.leaderboard import board_lock
+
     folder = check_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     row = benchmark_row(summary)
-    old = read_benchmarks(folder / "benchmarks.csv")
-    frame = pd.DataFrame([row], columns=COLUMNS)
-    if old is not None:
-        same = (old["model"].astype(str) == str(row["model"])) & (old["suite"].astype(str) == str(row["suite"])) \
-            & (pd.to_numeric(old["k"], errors="coerce") == row["k"])
-        frame = pd.concat([old[~same], frame], ignore_index=True)
-    frame = frame.sort_values(["suite", "avg_at_k", "model"], ascending=[True, False, True], kind="stable",
-                              na_position="last").reset_index(drop=True)
-    csv_path, md_path = folder / "benchmarks.csv", folder / "benchmarks.md"
-    frame.to_csv(csv_path, index=False, float_format="%.6g")
-    md_path.write_text(benchmarks_markdown(frame, generator=generator), encoding="utf-8")
-    return {"csv": csv_path, "md": md_path, "html": write_site(folder, generator=generator)}
+    with board_lock(folder):  # evaluations finishing at once each merge into what the one before wrote
+        old = read_benchmarks(folder / "benchmarks.csv")
+        frame = pd.DataFrame([row], columns=COLUMNS)
+        if old is not None:
+            same = (old["model"].astype(str) == str(row["model"])) & (old["suite"].astype(str) == str(row["suite"])) \
+                & (pd.to_numeric(old["k"], errors="coerce") == row["k"])
+            frame = pd.concat([old[~same], frame], ignore_index=True)
+        frame = frame.sort_values(["suite", "avg_at_k", "model"], ascending=[True, False, True], kind="stable",
+                                  na_position="last").reset_index(drop=True)
+        csv_path, md_path = folder / "benchmarks.csv", folder / "benchmarks.md"
+        with replacing(csv_path) as tmp:
+            frame.to_csv(tmp, index=False, float_format="%.6g")
+        with replacing(md_path) as tmp:
+            tmp.write_text(benchmarks_markdown(frame, generator=generator), encoding="utf-8")
+        return {"csv": csv_path, "md": md_path, "html": write_site(folder, generator=generator)}
 
 
 def interval_text(low: Any, high: Any) -> str:
