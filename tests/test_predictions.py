@@ -146,7 +146,7 @@ def test_a_map_still_running_is_read_from_its_ledger_with_the_whole_family(tmp_p
         {"id": "B", "cell": "later", "contrast": "critic - mean", "sign": ">"}]}))
     assert main(["verdict", str(path), "--per-seed", str(ledger)]) == 2
     assert "no cell 'later'" in capsys.readouterr().err
-    assert main(["verdict", str(path), "--per-seed", str(ledger), "--partial"]) == 0
+    assert main(["verdict", str(path), "--per-seed", str(ledger), "--partial", "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "verdict.csv")
     assert table["verdict"].tolist() == ["held", "no data"] and table["n"].tolist() == [10, 0]
     assert table.loc[0, "p_holm"] == pytest.approx(2 * 2 / 1024)
