@@ -28,7 +28,7 @@ import sys
 KEY_FILE = ".sao-grade-key"
 MARK = "@@sao-grade@@"
 _CRITICAL = (
-    "_pytest.runner:call_and_report", "_pytest.runner:runtestprotocol", "_pytest.runner:call_runtest_hook",
+    "_pytest.runner:call_and_report", "_pytest.runner:runtestprotocol",
     "_pytest.runner:pytest_runtest_call", "_pytest.runner:pytest_runtest_makereport",
     "_pytest.runner:pytest_runtest_protocol", "_pytest.runner:check_interactive_exception",
     "_pytest.runner:CallInfo.from_call", "_pytest.runner:SetupState.setup",
