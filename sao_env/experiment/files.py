@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -206,3 +207,15 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def flocked(lock_path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``lock_path`` (flock), held for the block: one process builds a cache entry
+    (a warm start, a converted model), the others wait and then read it."""
+    with Path(lock_path).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -16,7 +16,6 @@ materialized folder is bit-identical wherever the same package version converts 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sao_env.errors import UserError
+from sao_env.experiment.files import flocked as _locked
 
 
 @dataclass(frozen=True)
@@ -146,13 +146,3 @@ def _convert(model: PackagedModel, source: Path, out: Path, *, quiet: bool) -> N
     parameters = sum(p.numel() for p in plain.parameters())
     (out / DONE).write_text(json.dumps({"name": model.name, "distribution": model.distribution, "gguf": model.gguf,
                                          "hub_id": model.hub_id, "parameters": parameters}, indent=1) + "\n")
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path):
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -7,8 +7,6 @@ candidate styles, so what RL later learns about the hidden rewarded style is vis
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -23,6 +21,7 @@ from rich.progress import Progress
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.envs.base import render_prompt
+from sao_env.experiment.files import flocked as _locked
 from sao_env.forking import fork_is_safe
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.policy.placement import place
@@ -149,17 +148,6 @@ def _load_warm_started(model_spec: ModelSpec, scenario: Scenario, *, show_progre
             shutil.rmtree(path)
         tmp.replace(path)
     return model, tokenizer, path
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path):
-    """An exclusive advisory lock on ``lock_path`` (flock), held for the block."""
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def supervised_warm_start(
