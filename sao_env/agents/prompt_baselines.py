@@ -11,7 +11,9 @@ per_prompt (agents/per_prompt.yaml): b = a discounted mean of the last ``window`
   back (a finite pool, ``pool: N``).
 oracle_class (agents/oracle_class.yaml): b = the mean of the last ``window`` rewards of the task's hidden
   difficulty class (``metadata["difficulty_class"]``), the global running mean for a task without one.
-  It reads what the policy never sees: the ceiling of what a value that only tells classes apart can do.
+  It reads what the policy never sees (the class), but not the class's expected reward under the current
+  policy: it is a per-class running mean, whose window lags that reward while the policy learns, not an
+  oracle of it (the name is the recipe's, kept because runs are keyed on it).
 """
 
 from __future__ import annotations

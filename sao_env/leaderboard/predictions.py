@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 VERDICT_MD, VERDICT_CSV = "verdict.md", "verdict.csv"
 """What ``sao-env verdict`` writes (into runs/verdicts/NAME, or --out: a map's folder, where the site shows the table)."""
+SIDEDNESS = ("Each p is the two-sided sign-flip p of the per-seed differences: its statistic is |mean|, so a "
+             "difference of either sign counts against no difference, and the predicted sign decides only between "
+             "held and failed; a one-sided test in the predicted direction would give half of each p whose mean has "
+             "the predicted sign (exactly half up to 16 seeds, where every sign pattern is counted).")
+"""verdict.md's sentence on the test's sidedness (``stats.sign_flip_pvalue`` is two-sided; a test checks both)."""
 ALPHA = 0.05
 """The default level: ``stats.ALPHA``, named here so that reading a predictions file imports neither
 pandas nor scipy (a bad file is one line within about a second)."""
@@ -328,8 +333,8 @@ def verdict_markdown(found: list[Verdict], spec: Predictions, *, source: str, pe
     ns = sorted({v.n for v in found if v.n})
     lines = [f"# {spec.title}: verdicts", "",
              f"Read from `{per_seed}` by `{command or 'sao-env verdict ' + source}`; the predictions were written before the runs "
-             f"(`{source}`, dated by git). Metric: `{spec.metric}`. Each p is the exact sign-flip p of the per-seed "
-             f"differences, Holm-corrected over the family of {m} predictions at α {spec.alpha:g}: **held** is a corrected "
+             f"(`{source}`, dated by git). Metric: `{spec.metric}`. {SIDEDNESS} `p (Holm)` corrects p over the "
+             f"family of {m} predictions at α {spec.alpha:g}: **held** is a corrected "
              f"p ≤ α with the predicted sign, **failed** the same with the other sign, **not resolved** neither. The "
              f"sign-flip test's smallest p is 2/2^n, so with Holm over {m} it can reach α from "
              f"{min_seeds(m, alpha=spec.alpha)} seeds. `detectable`: the paired difference found with 80 % power at "

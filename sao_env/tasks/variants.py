@@ -10,7 +10,7 @@ Every procedural source's ``Params`` (styled_arithmetic, tool_arithmetic, olympi
   scenario (a fixed data set), while which pool prompt comes next is drawn from the run's task stream.
 - ``pool_seed`` picks another pool.
 - ``difficulty_class: NAME`` stamps ``metadata["difficulty_class"] = NAME`` on every task of the
-  source: the hidden class that the oracle-class baseline (agents/oracle_class.yaml) and the
+  source: the hidden class that the per-class running mean (agents/oracle_class.yaml) and the
   per-class variance shares (``sao_env.evaluation.variance``) read; the policy never sees it.
 
 A source with either key set (``variant_active``) also stamps ``metadata["prompt_id"]``, a short hash
