@@ -20,6 +20,17 @@ machine with AVX2 has:
                                  thread count explicitly; forward passes give the same bits on any
                                  count, backward passes keep one thread)
 
+MKL's mode depends on the vendor. On an Intel Xeon (Sapphire Rapids, AVX-512 and AMX), ``MKL_CBWR=AVX2``
+engages MKL's AVX2 branch, which there is not consistent within the process: a critic's forward pass with
+gradients and the same pass without them gave different bits (tests/test_spine_agents.py), and so did
+every run's logs between two calls that should agree. ``AVX2,STRICT`` (MKL's strict conditional
+reproducibility for ?gemm) makes them agree; ``AUTO``, ``AVX512`` and the AVX2 branch alone do not. On AMD,
+MKL documents ``MKL_CBWR`` for Intel CPUs only, and the mode measured there (``AVX2``, which falls back to
+AUTO capped at AVX2) is kept, so the bits recorded on AMD machines stay theirs. The two vendors' kernels
+differ: an AMD and an Intel machine give different bits for one pinned run (every mode tried on the Intel
+machine: AVX2, AVX2 strict, AUTO, AVX, COMPATIBLE), so recorded bits (tests/test_numerics_pin.py) are kept
+per vendor, and a run's provenance names its CPU and MKL mode.
+
 numpy's line was found across machines: the pinned short run of tests/test_numerics_pin.py, recorded
 on an AMD EPYC with AVX2 only (family 25), gave other metrics and episodes on an AMD EPYC with AVX-512
 (family 25, model 17) while torch was pinned; numpy (2.4.6) dispatched its X86_V4 (AVX-512) kernels
@@ -69,6 +80,22 @@ NUMPY_AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX5
 """numpy < 2.4's dispatch targets past AVX2."""
 NUMPY_VARIABLES = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES")
 
+def cpu_vendor() -> str:
+    """``GenuineIntel``, ``AuthenticAMD`` or another vendor id (Linux ``/proc/cpuinfo``; ``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+MKL_MODE_BY_VENDOR = {"GenuineIntel": "AVX2,STRICT"}
+"""``MKL_CBWR`` where it differs from ``AVX2`` (the mode on AMD and elsewhere): see the module's docstring."""
+
+PINNED_ENV["MKL_CBWR"] = MKL_MODE_BY_VENDOR.get(cpu_vendor(), "AVX2")
 PINNED_ENV.update(_numpy_pin())  # PINNED_ENV: set, overriding the environment, before torch and numpy load
 THREAD_DEFAULTS: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Set only where the environment does not say otherwise."""
@@ -129,7 +156,7 @@ def numerics_record() -> dict[str, Any]:
     import torch
 
     blas = "mkl" if torch.backends.mkl.is_available() else "other"
-    return {"pinned": _STATE["pinned"], "reason": _STATE["reason"], "cpu": cpu_model(),
+    return {"pinned": _STATE["pinned"], "reason": _STATE["reason"], "cpu": cpu_model(), "vendor": cpu_vendor(),
             "machine": platform.machine(), "dispatch": torch.backends.cpu.get_cpu_capability(), "blas": blas,
             "mkl_cbwr": os.environ.get("MKL_CBWR"), "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
             "numpy_simd": numpy_simd()}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHRINK_TASKS
-from sao_env.numerics import PINNED_ENV, cpu_flags, pin
+from sao_env.numerics import MKL_MODE_BY_VENDOR, PINNED_ENV, cpu_flags, cpu_vendor, pin
 
 pytestmark = pytest.mark.slow
 
@@ -30,14 +30,23 @@ CUT = [*SHRINK_TASKS, "env.phases.0.duration_h=0.008", "env.phases.1.duration_h=
 
 GOLDEN = {  # SAO's critic at 5x and seed-keyed evaluation; the critic-fit metrics (critic/explained_variance_prefit
     # and kin) added to metrics.jsonl, evals and episodes unchanged; the earlier set also held on an AVX-512 AMD EPYC
-    "metrics.jsonl": "fdc7018db17c421f223ddc8641a72fad6c4fdaf41b06025989656d032207d69a",
-    "evals.jsonl": "627c2947bad5cf01b1da50f95b8f260e3870e910c9c15e86ea22ead1f5bc5bc2",
-    "episodes.jsonl": "6d901f9e3107634dbccb0be4b589f6f263b3117d30db30ce34f172f7f5e88011",
+    "AuthenticAMD": {
+        "metrics.jsonl": "fdc7018db17c421f223ddc8641a72fad6c4fdaf41b06025989656d032207d69a",
+        "evals.jsonl": "627c2947bad5cf01b1da50f95b8f260e3870e910c9c15e86ea22ead1f5bc5bc2",
+        "episodes.jsonl": "6d901f9e3107634dbccb0be4b589f6f263b3117d30db30ce34f172f7f5e88011",
+    },
+    "GenuineIntel": {  # MKL_CBWR=AVX2,STRICT (sao_env/numerics.py)
+        "metrics.jsonl": "845f3c4149c8cd332f0f9c78a4c2c40bb5d0cffcb9b116c45ed0a45bd135c974",
+        "evals.jsonl": "f8a8025729241e184f683fae2521e665c89306b52163a299b5fd50074e6f55c9",
+        "episodes.jsonl": "9210ff325d01c80e86fb0e29b40d9acdaaad7ef3183361c00e9e6699d63ed72d",
+    },
 }
-"""sha256 of the pinned run's logs, recorded on a 2-core AMD EPYC (family 25, AVX2 without AVX-512),
-torch 2.13.0+cpu. Every machine that runs this suite checks them: the same bytes on another x86-64
-machine with AVX2 is the claim of the pin. A change that means to change runs' numbers (an algorithm,
-a sampler, a scenario) records them anew, and its commit says on which machine."""
+"""sha256 of the pinned run's logs per CPU vendor, torch 2.13.0+cpu: AMD's recorded on a 2-core AMD EPYC (family
+25, AVX2 without AVX-512) and held on an AVX-512 EPYC; Intel's recorded on a 2-core Intel Xeon (Sapphire Rapids,
+AVX-512 and AMX). The two vendors' MKL kernels give different bits (sao_env/numerics.py). Every machine that runs
+this suite checks its vendor's: the same bytes on another x86-64 machine of that vendor with AVX2 is the claim of
+the pin. A change that means to change runs' numbers (an algorithm, a sampler, a scenario) records them anew on
+both vendors' machines, and its commit says on which."""
 
 
 def _run(tmp_path: Path, name: str, env: dict[str, str]) -> dict[str, str]:
@@ -59,7 +68,8 @@ def test_a_pinned_run_has_the_same_bytes_whatever_the_levels_asked_or_offered(tm
     avx2_machine = _run(tmp_path, "avx2", {"SAO_ENV_NUMERICS": "native", **PINNED_ENV})
     assert asked_otherwise == pinned
     assert avx2_machine == pinned
-    assert pinned == GOLDEN, "the pinned run's bytes differ from those recorded on another machine (GOLDEN)"
+    assert cpu_vendor() in GOLDEN, f"no bits recorded for {cpu_vendor()} CPUs: record this run's in GOLDEN"
+    assert pinned == GOLDEN[cpu_vendor()], "the pinned run's bytes differ from those recorded on another machine (GOLDEN)"
     if "avx512f" in cpu_flags():  # the control: without the pin this machine's own kernels change the bits
         assert _run(tmp_path, "native", {"SAO_ENV_NUMERICS": "native"})["metrics.jsonl"] != pinned["metrics.jsonl"]
 
@@ -106,3 +116,13 @@ def test_the_pin_refuses_after_torch_and_records_why(monkeypatch):
     monkeypatch.setattr(numerics, "_STATE", {"pinned": False, "reason": "not applied"})
     monkeypatch.setenv("SAO_ENV_NUMERICS", "native")
     assert pin() == {"pinned": False, "reason": "SAO_ENV_NUMERICS=native"}
+
+
+def test_the_mkl_mode_follows_the_vendor():
+    """Intel's MKL AVX2 branch gave a forward pass with gradients other bits than the same pass without
+    (tests/test_spine_agents.py's critic fit); its strict mode does not. AMD keeps the mode its bits were
+    recorded with."""
+    assert MKL_MODE_BY_VENDOR == {"GenuineIntel": "AVX2,STRICT"}
+    assert PINNED_ENV["MKL_CBWR"] == ("AVX2,STRICT" if cpu_vendor() == "GenuineIntel" else "AVX2")
+    if pin()["pinned"]:
+        assert os.environ["MKL_CBWR"] == PINNED_ENV["MKL_CBWR"]
