@@ -13,11 +13,12 @@ import hashlib
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_serializer, model_validator
 
+from sao_env.config_dump import OmitDefaults
 from sao_env.tasks import TaskSource, build_source
 from sao_env.types import Task, Turn
 
@@ -168,8 +169,10 @@ class EvalSpec(_Strict):
     """Recovery after a drift = first evaluation where the new phase's accuracy reaches this."""
 
 
-class WarmStartSpec(_Strict):
+class WarmStartSpec(_Strict, OmitDefaults):
     """Supervised warm start on the scenario's own generators (demonstrations from its sources)."""
+
+    omit_at_default: ClassVar[tuple[str, ...]] = ("pretrained",)
 
     steps: int = Field(600, ge=0)
     batch_size: int = Field(64, gt=0)
@@ -183,6 +186,19 @@ class WarmStartSpec(_Strict):
     policy trained on a world that no phase serves, e.g. the code as it was before the run starts.
     Drawn by weight; with equal weights as ``phases=None`` draws one-source phases, so listing the
     phases' sources here gives the same demonstrations."""
+    pretrained: bool = False
+    """Warm-start a pretrained model (a hub or packaged one) too; by default only the tiny models, built at
+    random, are warm-started and a pretrained model starts as it is. A chat scenario's short format lesson."""
+
+
+class ChatSpec(_Strict):
+    """Prompts and observations through the policy's chat template (``sao_env.policy.chat.ChatFormat``): the
+    scenarios written for an instruct model. The tasks, rewards, graders and schedule are the scenario's own."""
+
+    system: str | None = None
+    """The system message, the same in every episode (None: the template's default)."""
+    observation_role: str = "tool"
+    """The role an environment's observation (a tool's output) is sent as."""
 
 
 class ScenarioSpec(_Strict):
@@ -210,12 +226,17 @@ class ScenarioSpec(_Strict):
     """Where the policy's code runs (tool calls, test runs, grading; docs/sandbox.md): ``bubblewrap`` on this
     machine, or ``docker``, a container of the sandbox image per run. Left out of the dumped configuration
     at its default, so that the configuration hashes of runs made before the key existed stay the same."""
+    chat: ChatSpec | None = None
+    """Render prompts and observations through the policy's chat template (an instruct model's scenarios);
+    None: as plain text (the character model's). Left out of the dump while None, as ``sandbox``."""
 
     @model_serializer(mode="wrap")
     def _omit_default_sandbox(self, handler):
         data = handler(self)
         if self.sandbox == "bubblewrap" and isinstance(data, dict):
             data.pop("sandbox", None)
+        if self.chat is None and isinstance(data, dict):
+            data.pop("chat", None)
         return data
 
     @model_validator(mode="after")

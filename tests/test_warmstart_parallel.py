@@ -12,7 +12,7 @@ from sao_env.policy.warmstart import demonstration_batches, supervised_warm_star
 from sao_env.scenario import Scenario
 
 
-def _batches(env: str, steps: int, batch_size: int, helper: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(env: str, steps: int, batch_size: int, helper: bool) -> list[tuple[torch.Tensor, ...]]:
     config = _shrunk_config("sao") if env == "style-drift" else scenario_config(env, "sao")
     scenario = Scenario(config.env)
     spec = scenario.spec.warm_start.model_copy(update={"steps": steps, "batch_size": batch_size})
@@ -21,8 +21,10 @@ def _batches(env: str, steps: int, batch_size: int, helper: bool) -> list[tuple[
 
 def _assert_same(made_ahead, made_in_place, steps):
     assert len(made_ahead) == len(made_in_place) == steps
-    for (tokens_a, labels_a), (tokens_b, labels_b) in zip(made_ahead, made_in_place):
+    for (tokens_a, labels_a, attention_a), (tokens_b, labels_b, attention_b) in zip(made_ahead, made_in_place):
         assert torch.equal(tokens_a, tokens_b) and torch.equal(labels_a, labels_b)
+        assert torch.equal(attention_a, attention_b)
+        assert torch.equal(attention_b.bool(), tokens_b != 0)  # the character tokenizer's pad (id 0) is no row's token
     assert (made_in_place[0][1] != -100).any()  # something is trained on
     assert not torch.equal(made_in_place[0][0], made_in_place[1][0])  # and the steps differ
 

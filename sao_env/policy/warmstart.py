@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from sao_env.envs.base import render_prompt
 from sao_env.experiment.files import flocked as _locked
 from sao_env.forking import fork_is_safe
+from sao_env.policy.chat import TextFormat, conversation_format
 from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer, load_tokenizer
 from sao_env.policy.placement import place
 from sao_env.scenario import Scenario, WarmStartSpec
@@ -95,14 +96,16 @@ def warm_start_key(model: ModelSpec, scenario: Scenario, spec: WarmStartSpec) ->
         "warm_start": settings,
         "format": DEMONSTRATION_FORMAT,
     }
+    if scenario.spec.chat is not None:  # the demonstrations' layout (absent for plain text: those keys stay)
+        payload["chat"] = scenario.spec.chat.model_dump()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def warm_start_path(model_spec: ModelSpec, scenario: Scenario) -> Path | None:
     """Where the scenario's warm start of this model is cached (trained or not), or None where the
-    policy needs none (a hub model, or ``warm_start.steps: 0``)."""
+    policy needs none (a pretrained model unless ``warm_start.pretrained``, or ``warm_start.steps: 0``)."""
     spec = scenario.spec.warm_start
-    if not model_spec.is_tiny or spec.steps == 0:
+    if not (model_spec.is_tiny or spec.pretrained) or spec.steps == 0:
         return None
     return cache_root() / "warmstart" / warm_start_key(model_spec, scenario, spec)
 
@@ -200,11 +203,10 @@ def _train(model, tokenizer, scenario, spec, optimizer, schedule, losses, progre
     """``supervised_warm_start``'s loop."""
     bar = progress.add_task("warm start (supervised)", total=spec.steps)
     helper = forward == 1 and fork_is_safe()  # with more threads the helper would take the spare core
-    for tokens, labels in demonstration_batches(tokenizer, scenario, spec, helper=helper):
+    for tokens, labels, attention in demonstration_batches(tokenizer, scenario, spec, helper=helper):
         torch.set_num_threads(forward)
         try:
-            loss = model(input_ids=tokens, attention_mask=(tokens != tokenizer.pad_token_id).long(),
-                         labels=labels).loss
+            loss = model(input_ids=tokens, attention_mask=attention, labels=labels).loss
         finally:
             torch.set_num_threads(threads)
         optimizer.zero_grad(set_to_none=True)
@@ -249,37 +251,43 @@ def demonstration_batches(tokenizer, scenario: Scenario, spec: WarmStartSpec, *,
 
 def _demonstration_batch(tokenizer, scenario: Scenario, rng: np.random.Generator, batch_size: int, step: int):
     rows, label_masks = [], []
+    layout = conversation_format(tokenizer, scenario.spec.chat)
     for i in range(batch_size):
         task, demonstration = scenario.demonstration(rng, index=step * batch_size + i)
-        row, trained = demonstration_tokens(tokenizer, render_prompt(task), demonstration)
+        row, trained = demonstration_tokens(tokenizer, render_prompt(task), demonstration, layout=layout)
         rows.append(row)
         label_masks.append(trained)
     width = max(len(r) for r in rows)
     tokens = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full((batch_size, width), -100, dtype=torch.long)
+    attention = torch.zeros((batch_size, width), dtype=torch.long)
     for i, (row, trained) in enumerate(zip(rows, label_masks)):
         tokens[i, : len(row)] = torch.tensor(row)
         labels[i, : len(row)] = torch.where(torch.tensor(trained), torch.tensor(row), torch.tensor(-100))
-    return tokens, labels
+        attention[i, : len(row)] = 1  # by length: an instruct model's pad token is its EOS, which rows hold
+    return tokens, labels, attention
 
 
-def demonstration_tokens(tokenizer, prompt: str, demonstration: str | list[Turn]) -> tuple[list[int], list[bool]]:
+def demonstration_tokens(tokenizer, prompt: str, demonstration: str | list[Turn],
+                         layout: TextFormat | None = None) -> tuple[list[int], list[bool]]:
     """The conversation's tokens as the rollout loop builds them, and which ones are trained on.
 
     Each action is followed by EOS (how the policy ends a turn) and both are trained on; the
-    prompt and the observations between actions are context only. The last turn's observation is
+    prompt and the observations between actions are context only, laid out by ``layout`` (the
+    scenario's ``sao_env.policy.chat`` format; None: plain text). The last turn's observation is
     dropped: the episode ends there.
     """
+    layout = layout or TextFormat(tokenizer)
     turns = [Turn(demonstration)] if isinstance(demonstration, str) else list(demonstration)
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"] if text else []  # noqa: E731
-    row = encode(prompt)
+    row = list(layout.prompt_ids(prompt))
     trained = [False] * len(row)
     for k, turn in enumerate(turns):
         action = encode(turn.action) + [tokenizer.eos_token_id]
         row += action
         trained += [True] * len(action)
         if k < len(turns) - 1:
-            observation = encode(turn.observation)
+            observation = list(layout.observation_ids(turn.observation))
             row += observation
             trained += [False] * len(observation)
     return row, trained

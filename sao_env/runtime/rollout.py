@@ -7,12 +7,13 @@ the observation that comes back is appended as non-policy tokens (``action_mask`
 0), which is what skip-observation GAE needs (SAO, arXiv 2607.07508, Sec. 3.2). An episode ends
 when its environment says so (an answer, a submit, the turn limit) or when its conversation would
 outgrow ``max_context_tokens`` (reward 0, reason ``context-limit``); an action is cut where the
-conversation reaches that limit, as if generation had stopped there.
+conversation reaches that limit, as if generation had stopped there. The prompt and the observations
+are laid out by the scenario's format (``sao_env.policy.chat``): as written, or through an instruct
+model's chat template (``env.chat``), the same layout the warm start's demonstrations use.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -21,6 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.envs.base import make_task_env
 from sao_env.errors import UserError
+from sao_env.policy.chat import conversation_format
 from sao_env.policy.generate import sample
 from sao_env.scenario import ScenarioSpec
 from sao_env.types import Task
@@ -89,9 +91,10 @@ def play(
     envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns, sandbox=spec.sandbox)
             for task in tasks]
     rollouts = [Rollout(task) for task in tasks]
+    layout = conversation_format(tokenizer, spec.chat)
     for env, task, rollout, seed in zip(envs, tasks, rollouts, env_seeds):
         prompt, _ = env.reset(seed=int(seed), options={"task": task})
-        rollout._observe(_encode(tokenizer, prompt), "")
+        rollout._observe(layout.prompt_ids(prompt), "")
         if len(rollout.tokens_T) >= spec.max_context_tokens:
             raise UserError(f"task {task.id}: its prompt has {len(rollout.tokens_T)} tokens, no fewer than "
                             f"max_context_tokens={spec.max_context_tokens}; raise env.max_context_tokens")
@@ -117,7 +120,7 @@ def play(
                     rollout.reward, rollout.grade = float(reward), dict(info.get("grade", {}))
                     rollout.end = "done" if terminated else "turn-limit"
                     continue
-                ids = _encode(tokenizer, observation)
+                ids = layout.observation_ids(observation)
                 if len(rollout.tokens_T) + len(ids) >= spec.max_context_tokens:
                     rollout.reward, rollout.end = 0.0, "context-limit"
                     rollout.grade = {"reason": "context-limit"}
@@ -130,8 +133,3 @@ def play(
             env.close()
     return rollouts
 
-
-@functools.lru_cache(maxsize=1 << 14)
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
-    """Token ids of a prompt or an observation, remembered: held-out prompts recur at every evaluation."""
-    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
