@@ -250,7 +250,7 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
     capsys.readouterr()
     text = (board / "README.md").read_text()
     lines = text.splitlines()
-    online = lines[lines.index("## online reward"):lines.index("## AUC")]
+    online = lines[lines.index("## Summary: online reward by scenario"):lines.index("## AUC")]
     # The flagship scenario first, then by name.
     assert "| recipe | algorithm | [style-drift](style-drift.md) | [other-drift](other-drift.md) |" in online
     # other-drift has sao and grpo alone; with two paired seeds (smallest sign-flip p 2/2^2 = 0.5) no order is
@@ -569,14 +569,14 @@ def test_the_summary_never_ranks_a_cut_beside_full_budget_rows(tmp_path, runs, c
     # One folder: style-drift at full budget plus cut rows inside the same board.
     write_scenario_outputs(runs + cut, tmp_path / "mixed", "style-drift")
     text = (tmp_path / "mixed" / "README.md").read_text()
-    online = text.split("## online reward", 1)[1].split("## AUC", 1)[0]
+    online = text.split("## Summary: online reward by scenario", 1)[1].split("## AUC", 1)[0]
     label = f"sao ({'; '.join(CUT)})"
     assert label not in online and "| sao | sao | 0.600 ± 0.248 (n=3) #1–3 of 3 |" in online
     apart = text.split("## Boards at another budget (not ranked with the tables above)", 1)[1].split("## Scenarios", 1)[0]
     assert (f"- [style-drift](style-drift.md) at 0.06 simulated hours, 16 rollout slots, evaluation every 0.02 h; "
             f"envs/style-drift.yaml: 0.65 simulated hours, 16 rollout slots, evaluation every 0.02 h: online reward "
             f"{label} 0.950 ± 0.000 (n=2) #1 of 1.") in apart
-    assert "1 board at another budget is listed apart." in text.split("\n\n", 2)[1]
+    assert "1 board at another budget is listed apart." in text.split("<details>", 1)[1].split("</details>", 1)[0]
     # Another folder: a compare on the cut alone (the case of issue 22) next to a full-budget scenario.
     board = tmp_path / "cut"
     write_scenario_outputs(cut + [fake_run(tmp_path / "runs2", "grpo", s, 0.3, 0.4, overrides=CUT, env=cut_env())
@@ -589,8 +589,9 @@ def test_the_summary_never_ranks_a_cut_beside_full_budget_rows(tmp_path, runs, c
     assert main(["leaderboard", "--summary", str(board)]) == 0
     capsys.readouterr()
     text = (board / "README.md").read_text()
-    online = text.split("## online reward", 1)[1].split("## AUC", 1)[0]
-    assert "| recipe | algorithm | [other-drift](other-drift.md) |" in online and "style-drift" not in online
+    online = text.split("## Summary: online reward by scenario", 1)[1].split("## AUC", 1)[0]
+    assert "| recipe | algorithm | [other-drift](other-drift.md) |" in online
+    assert "style-drift" not in online.split("<details>")[0]
     assert "#1–2 of 2" in text.split("## Boards at another budget", 1)[1]
     md = (board / "style-drift.md").read_text()
     assert "**note**: Not the budget of envs/style-drift.yaml (0.65 simulated hours" in md

@@ -1,9 +1,13 @@
 """The site as a reader meets it: the long-run bench in a section of its own (never a scenario board with
-unknown facts, never counted or ranked in the headline), a map's verdict under the headline, and at a
-1,400 px window no table clipped: the summary's shaded cell and the maps' p and Holm columns in view."""
+unknown facts, never counted or ranked in the headline), a map's verdict with the statistics, at a 1,400 px
+window no table clipped (the summary's shaded cell and the maps' p and Holm columns in view), and the first
+screen the answer: at 1,400 x 900 and at 390 x 844 the finding's lines and the "who wins where" matrix above the
+fold (at 1,400 the top of the summary table too), no text wider than the window (tables scroll in their box), the
+statistics one click away; screenshots of both in the test's folder."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import tempfile
@@ -66,26 +70,35 @@ def test_a_maps_verdict_is_read_under_the_headline(tmp_path):
                                      "See [the table](style-drift.md).\n\n| x | y |\n")
     assert map_findings(tmp_path) == [("mymap", "My map", "**A beats `b` when it rains.** See [the table](style-drift.md).")]
     page = write_site(tmp_path, generator="test").read_text()
-    header = page[:page.index("</header>")]
+    statistics = page[page.index('<details id="statistics"'):]
+    statistics = statistics[:statistics.index("</details>")]
     assert ('<p class="lead finding" id="finding-mymap"><b><a href="#map-mymap">My map</a>.</b> <b>A beats '
-            '<code>b</code> when it rains.</b> See <a href="style-drift.md">the table</a>.</p>') in header
+            '<code>b</code> when it rains.</b> See <a href="style-drift.md">the table</a>.</p>') in statistics
 
 
-def _open(path: Path, width: int, tmp_path: Path):
-    browser = DevTools(chromium(), tempfile.mkdtemp(dir=tmp_path))
+def _open(path: Path, width: int, tmp_path: Path, height: int = 900, *, browser: DevTools | None = None):
+    """A tab of ``width`` x ``height`` CSS px (a phone's, touch and its viewport meta, under 500 px) on
+    ``path``; a new browser unless one is given. Returns the browser and ``evaluate(expression)``; the tab's
+    ``screenshot(path)`` writes a PNG of what the window shows."""
+    browser = browser or DevTools(chromium(), tempfile.mkdtemp(dir=tmp_path))
     target = browser.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = browser.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for domain in ("Page", "Runtime"):
         browser.call(f"{domain}.enable", session=session)
-    browser.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
-                                                        "mobile": False}, session)
+    browser.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
+                                                        "mobile": width < 500}, session)
     browser.call("Page.navigate", {"url": path.as_uri()}, session)
 
     def evaluate(expression: str):
         return browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
                                                  "awaitPromise": True}, session)["result"].get("value")
 
+    def screenshot(out: Path) -> Path:
+        out.write_bytes(base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"]))
+        return out
+
     evaluate("new Promise(r => document.readyState === 'complete' ? r(1) : addEventListener('load', () => r(1)))")
+    evaluate.screenshot = screenshot
     return browser, evaluate
 
 
@@ -99,16 +112,25 @@ HOLM_JS = """JSON.stringify(Array.from(document.querySelectorAll('#maps th')).fi
   .map(th => th.closest('table').id + ': ' + th.textContent))"""
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(chromium() is None, reason="no headless Chromium here (make test installs Debian's "
-                                               "chromium-headless-shell when it runs as root)")
-def test_the_committed_site_at_1400_px(tmp_path):
-    """The committed boards, maps and stability bench, the site written again from them."""
+@pytest.fixture(scope="module")
+def committed_site(tmp_path_factory) -> Path:
+    """The committed boards, maps and stability bench, the site written again from them (once for this module)."""
     from sao_env.leaderboard.site import write_site
 
-    folder = tmp_path / "leaderboards"
+    folder = tmp_path_factory.mktemp("committed") / "leaderboards"
     shutil.copytree(BOARDS, folder, ignore=shutil.ignore_patterns("index.html"))
-    page = write_site(folder, generator="test")
+    return write_site(folder, generator="test")
+
+
+NEEDS_CHROMIUM = pytest.mark.skipif(chromium() is None, reason="no headless Chromium here (make test installs "
+                                                               "Debian's chromium-headless-shell when it runs as root)")
+
+
+@pytest.mark.slow
+@NEEDS_CHROMIUM
+def test_the_committed_site_at_1400_px(committed_site, tmp_path):
+    """The committed boards, maps and stability bench, the site written again from them."""
+    page = committed_site
     browser, evaluate = _open(page, 1400, tmp_path)
     try:
         assert json.loads(evaluate(CLIPPED_JS)) == []
@@ -122,8 +144,61 @@ def test_the_committed_site_at_1400_px(tmp_path):
         stability = evaluate("document.getElementById('stability').innerText")
         assert "?" not in stability.replace("? (", "") and "simulated hours. Line" not in stability
         assert "over learner updates" in stability
-        regimes = evaluate("(() => { const p = document.getElementById('finding-regimes'); "
-                           "return p ? p.getBoundingClientRect().top + scrollY : null })()")
-        assert regimes is not None and regimes < 1200, regimes
+        # the maps' verdicts are read with the statistics, one click away
+        assert evaluate("!!document.querySelector('details#statistics #finding-regimes')") is True
     finally:
         browser.close()
+
+
+FIRST_SCREEN_JS = """JSON.stringify((() => {
+  const box = el => { const r = el.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, right: r.right} };
+  const outside = Array.from(document.querySelectorAll('body *')).filter(el => !el.closest('.wrap') &&
+    !el.closest('details:not([open])') && el.getBoundingClientRect().right > innerWidth + 1);
+  return {width: innerWidth, height: innerHeight, scrollWidth: document.documentElement.scrollWidth,
+    findings: box(document.getElementById('findings')), lines: document.querySelectorAll('#findings li').length,
+    matrix: box(document.getElementById('matrix-table')),
+    firstRow: box(document.querySelector('#matrix-table tbody tr')),
+    summary: box(document.getElementById('summary-table')),
+    wider: outside.map(el => el.tagName + (el.id ? '#' + el.id : '') + '.' + el.className),
+    boxes: Array.from(document.querySelectorAll('.wrap')).map(w => getComputedStyle(w).overflowX),
+    readingShown: document.getElementById('reading').checkVisibility(),
+    readingInText: document.body.innerText.includes(document.getElementById('reading').textContent.slice(0, 40)),
+    header: document.querySelector('header').innerText}
+})())"""
+
+
+@pytest.mark.slow
+@NEEDS_CHROMIUM
+def test_the_first_screen_is_the_finding_at_1400_and_390_px(committed_site, tmp_path):
+    """At 1,400 x 900 the lines, the whole matrix and the top of the summary table; at 390 x 844 the lines and
+    the matrix's first rows; no text wider than the window, every table in a box that scrolls; the statistics
+    behind a click; screenshots of both first screens in this test's folder."""
+    from PIL import Image
+
+    from sao_env.leaderboard.site import KEYS_WORDS
+
+    browser = None
+    try:
+        for width, height in ((1400, 900), (390, 844)):
+            browser, evaluate = _open(committed_site, width, tmp_path, height, browser=browser)
+            shot = evaluate.screenshot(tmp_path / f"first-screen-{width}x{height}.png")
+            seen = json.loads(evaluate(FIRST_SCREEN_JS))
+            assert seen["width"] == width and seen["scrollWidth"] <= width, seen
+            assert seen["wider"] == [] and set(seen["boxes"]) == {"auto"}, seen
+            assert seen["lines"] == 3 and 0 <= seen["findings"]["top"] and seen["findings"]["bottom"] <= height, seen
+            assert seen["findings"]["bottom"] <= seen["matrix"]["top"] < seen["summary"]["top"], seen
+            assert seen["firstRow"]["bottom"] <= height, seen
+            if width == 1400:
+                assert seen["matrix"]["bottom"] <= height and seen["summary"]["top"] + 60 <= height, seen
+            assert "Code keys: runs made by code" in seen["header"] and "page written by code" in seen["header"]
+            assert " ".join(KEYS_WORDS.replace("<code>", "").replace("</code>", "").split()) in " ".join(
+                seen["header"].split())
+            assert seen["readingShown"] is False and seen["readingInText"] is False  # behind their summary line
+            image = Image.open(shot).convert("RGB")
+            assert image.size == (width, height)
+            assert len(image.getcolors(maxcolors=1 << 20) or []) > 50  # text and shaded cells, not a blank page
+        evaluate("document.querySelector('#statistics > summary').click()")
+        assert evaluate("document.getElementById('reading').checkVisibility()") is True
+    finally:
+        if browser is not None:
+            browser.close()

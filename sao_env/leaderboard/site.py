@@ -3,12 +3,15 @@
 The page is a pure function of the folder's tables: every scenario's per-seed table
 (``<env>-runs.csv``, else its aggregated ``<env>.csv``), its plot (``<env>.png``, inlined as a
 data URI) and the benchmark table (``benchmarks.csv``). Styles, the sorting script and the plots
-are inline: it opens from disk without network. It leads with a one-paragraph reading of the
-cross-scenario result (``summary.reading``); then a summary (recipes x full-budget scenarios,
+are inline: it opens from disk without network. It leads with the finding (``finding``): a few
+plain lines of what the boards and maps found, generated from their tables, and the "who wins where" matrix
+(recipes by boards and map cells, shaded by the lead the tables support; the interval and rank on hover),
+with the code keys of the runs and of the page said in words; then a summary (recipes x full-budget scenarios,
 online reward ± CI and the rank the seeds support, each board's minimum detectable difference;
-boards at another budget named apart), one section per scenario, the flagship first (header facts
-with power, ranks and collapses; plot; headline columns, the other columns on demand; paired
-differences and paired tests; rows at another budget in their own tables), the benchmark
+boards at another budget named apart) and, one click away (``<details>``), the statistics behind the
+lines (``summary.reading``: every supported order with its Holm p) and the maps' verdicts; one section per
+scenario, the flagship first (header facts with power, ranks and collapses; plot; headline columns, the other
+columns on demand; paired differences and paired tests; rows at another budget in their own tables), the benchmark
 evaluations when there are any, the maps of the grids whose outputs sit in the folder's
 subfolders (``maps.maps_section``: title, figure, aggregate tables), and the rule. Shading marks
 only a lead the seeds support.
@@ -79,6 +82,28 @@ button.toggle{font:inherit;font-size:13px;padding:3px 10px;border:1px solid var(
 border-radius:4px;cursor:pointer}
 code{font-size:13px;background:#f1f3f7;padding:0 3px;border-radius:3px}
 footer{margin-top:40px;font-size:13px;color:var(--muted)}
+p,li,dd,figcaption,summary{overflow-wrap:anywhere}
+ul.findings{font-size:16px;max-width:1180px;margin:8px 0 4px;padding-left:1.1em}ul.findings li{margin:2px 0}
+.matrix h2.matrix-title{font-size:18px;margin:10px 0 2px;border:0;padding:0}
+p.legend{font-size:13px;margin:2px 0;max-width:none}.key{white-space:nowrap;margin-right:8px}
+.sw{display:inline-block;width:1.2em;height:1em;vertical-align:-2px;border:1px solid var(--line);margin-right:3px;
+font-size:11px;line-height:1em;text-align:center}
+#matrix-table{font-size:13px;margin:4px 0}#matrix-table th,#matrix-table td{padding:2px 5px;line-height:1.3}
+#matrix-table th{cursor:default;position:static;min-width:0;max-width:none;text-align:center;font-weight:600}
+#matrix-table th:after{content:none}#matrix-table th a{color:inherit;text-decoration:none}
+#matrix-table th.group{border-bottom:0}#matrix-table th.place{font-weight:400;font-size:12px}
+#matrix-table th.arm,#matrix-table th.corner{position:sticky;left:0;z-index:1;background:#fff;text-align:left}
+#matrix-table th.corner{background:var(--head)}
+td.mx{text-align:right}.gstart{border-left:2px solid #c8cfda}
+.s-lead{background:#1e7b3c;color:#fff;font-weight:700}.s-shared{background:#93d3a2;font-weight:600}
+.s-tie{background:#fbf1c2}td.s-behind{color:var(--muted)}.sw.s-behind{background:#fff}
+.s-none{color:#b8bfca;background:#f7f8fa}td.s-none{text-align:center}
+p.keys{font-size:13px;max-width:1180px;margin:6px 0}nav{margin:6px 0 0}
+#summary h2{margin-top:18px}
+details{margin:8px 0;max-width:1180px}details>summary{cursor:pointer;color:var(--accent)}
+details.statistics{margin-top:20px;border-top:1px solid var(--line);padding-top:8px}
+@media (max-width:640px){body{padding:12px 12px 40px}h1{font-size:22px}ul.findings{font-size:15px}
+h2{font-size:19px;margin-top:26px}th,td{padding:4px 7px}}
 """
 
 SCRIPT = """
@@ -171,24 +196,34 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
     nav += ['<a href="#stability">stability</a>'] if stability_html else []
     nav += ['<a href="#rule">rule</a>']
     bench_words = (f", {len(bench)} benchmark evaluation{'s' if len(bench) != 1 else ''}" if has_bench else "")
+    from sao_env.leaderboard.finding import finding_lines, matrix_html, places
+
+    found = places(folder, boards)
+    lines = finding_lines(found)
+    runs_keys = ", ".join(f"<code>{e(v)}</code>" for v in code_versions(boards)) or "?"
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>sao-env leaderboard</title>", f"<style>{STYLE}</style></head><body>",
         "<header><h1>sao-env leaderboard</h1>",
+        ('<ul class="findings" id="findings">' + "".join(f"<li>{markdown_inline(line)}</li>" for line in lines)
+         + "</ul>") if lines else "",
+        matrix_html(found),
+        f'<p class="keys muted">Code keys: runs made by code {runs_keys}; page written by code '
+        f"<code>{e(code_key(code_version()))}</code> on {date.today().isoformat()} by {_inline_code(generator)} "
+        f"({len(boards)} scenario{'s' if len(boards) != 1 else ''}{bench_words}). {KEYS_WORDS}</p>",
+        f"<nav>{' '.join(nav)}</nav></header>",
+        _summary(ranked, apart),
+        '<details id="statistics" class="statistics"><summary>The statistics behind these lines: every order the '
+        "seeds support with its Holm p, what each board can detect, the collapses, the maps' verdicts</summary>",
         f'<p class="lead" id="reading">{e(reading(ranked, len(apart)))}</p>',
         *[f'<p class="lead finding" id="finding-{e(name)}"><b><a href="#map-{e(name)}">{e(title)}</a>.</b> '
           f"{markdown_inline(text)}</p>" for name, title, text in findings],
         '<p class="muted">Asynchronous RL recipes (SAO, GRPO and its variants, ...) on drifting scenarios, each under '
         "the same simulated-time budget and rollout slots. Headline: online reward, the mean reward an online "
         "learner earns, with its 95% interval over seeds; then how fast each recipe recovers after every drift. "
-        "Ranks are ties unless a paired test over seeds supports the order.</p>",
-        f'<p class="muted">Generated on {date.today().isoformat()} by {_inline_code(generator)} · page written by '
-        f"code <code>{e(code_key(code_version()))}</code> · runs made by code "
-        f"{', '.join(f'<code>{e(v)}</code>' for v in code_versions(boards)) or '?'} · "
-        f"{len(boards)} scenario{'s' if len(boards) != 1 else ''}{bench_words}</p>",
-        f"<nav>{' '.join(nav)}</nav></header>",
-        _summary(ranked, apart),
+        "Ranks are ties unless a paired test over seeds supports the order. The lines at the top are written from "
+        "the same tables as everything below (<code>sao_env.leaderboard.finding</code>).</p></details>",
         *[_scenario(b, folder) for b in boards],
         _benchmarks(bench) if has_bench else "",
         map_html,
@@ -200,6 +235,10 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
     ]
     return "\n".join(p for p in parts if p) + "\n"
 
+
+KEYS_WORDS = ("A key is a hash of the source and spec folders (sao_env/, envs/, agents/, evals/) and the Python, "
+              "torch, transformers and numpy versions: equal keys, the same code.")
+"""What the header's two code keys (the runs' and the page's) mean."""
 
 VERDICT = "## Verdict"
 """A map's README.md heading whose first paragraph is the map's finding, shown under the site's reading."""
@@ -369,16 +408,19 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
                   + "; ".join(f'<a href="#{_sid(b.env)}">{e(b.env)}</a> at {e(tables.budget_words(b.facts))}'
                               for b in apart) + ".</p>")
     return ('<section id="summary"><h2>Summary: online reward by scenario</h2>'
-            '<p class="muted">Scenarios at their full budget. Mean ± half-width of the 95% t-interval over seeds, and '
+            '<p class="muted">Mean ± 95% interval over seeds and the rank the seeds support (<code>#1–3</code>: a tie); '
+            "shaded: a supported lead.</p>"
+            '<div class="wrap"><table class="sortable" id="summary-table"><thead><tr>' + "".join(head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody>" + foot + "</table></div>" + others
+            + '<details class="how"><summary>How to read this table</summary><p class="muted">Scenarios at their full '
+            "budget. Mean ± half-width of the 95% t-interval over seeds, and "
             "the rank within the scenario that paired sign-flip tests over seeds support (Holm-corrected; "
             "<code>#1–3</code> is a tie over ranks 1 to 3). A cell is shaded only for a leader the seeds support. "
             "Last row: the minimum detectable paired difference at the scenario's n under its rule (80% power at α/m, "
             "Holm's most stringent step over the scenario's m comparisons, two-sided α 0.05; <code>none</code>: the "
             "sign-flip test cannot reach α after Holm at that n): what a board can resolve, not a bound on the "
             "differences it leaves ties. "
-            "Rows are recipes; a recipe with overrides is its own row.</p>"
-            '<div class="wrap"><table class="sortable" id="summary-table"><thead><tr>' + "".join(head)
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody>" + foot + "</table></div>" + others + "</section>")
+            "Rows are recipes; a recipe with overrides is its own row.</p></details></section>")
 
 
 def _scenario(board: ScenarioBoard, folder: Path) -> str:

@@ -1,9 +1,12 @@
 """The cross-scenario summary ``<leaderboard dir>/README.md``: algorithms x scenarios on one page.
 
-Made from the committed per-seed tables alone (``<scenario>-runs.csv``), so it can be checked
-against them. It opens with a one-paragraph reading of the result (``reading``), then, over the
-boards at their scenario file's full budget (the flagship ``style-drift`` first): for each headline
-metric (online reward, the same without collapsed runs when recorded, then AUC) a table of
+Made from the committed per-seed tables (``<scenario>-runs.csv``) and the maps' tables, so it can be
+checked against them. It opens with the finding (``finding.top_markdown``: a few plain lines, the "who
+wins where" matrix of recipes by boards and map cells, the summary table of online reward), then, one
+click away (``<details>``), the one-paragraph reading of the statistics (``reading``: every supported
+order with its Holm p, what the boards can detect, the collapses) and how the page was made; then, over the
+boards at their scenario file's full budget (the flagship ``style-drift`` first): for each other headline
+metric (the online reward without collapsed runs when recorded, then AUC) a table of
 recipes x scenarios whose cells are mean ± half-width of the 95% Student-t interval over seeds,
 the number of seeds and the rank the seeds support within the scenario (``stats.rank_ranges``:
 ``#1–3`` is a tie), with a row of each board's minimum detectable paired difference under its own
@@ -73,23 +76,42 @@ def summary_metrics(boards: list[ScenarioBoard]) -> tuple[str, ...]:
     return METRICS
 
 
-def metric_table(boards: list[ScenarioBoard], metric: str) -> list[str]:
+def metric_caption(metric: str) -> str:
+    """How to read ``metric_table`` in full: the interval, the ranks and the last row's power."""
+    title = column_format(metric).title
+    return (f"Mean ± half-width of the 95% t-interval over seeds, n seeds, and `#rank` within the scenario by {title}: "
+            "a single number where paired sign-flip tests (Holm-corrected over the scenario's pairs) support the "
+            "order, `#1–3` for a tie over ranks 1 to 3. `—`: not run on that scenario. The last row is the minimum "
+            f"detectable paired difference at the scenario's n under its rule: {POWER:.0%} power at α/m, Holm's most "
+            f"stringent step over the scenario's m comparisons (two-sided α {ALPHA:g}; `none`: the sign-flip test "
+            "cannot reach α after Holm at that n; docs/leaderboard.md). It is what a board can resolve, not a bound "
+            "on the differences it leaves ties.")
+
+
+SHORT_CAPTION = ("Mean ± half-width of the 95% t-interval over seeds (n seeds) and `#rank` as the seeds support it "
+                 "(`#1–3`: a tie over ranks 1 to 3); **bold**: a supported lead. Last row: the smallest paired "
+                 "difference each board detects (80% power, Holm over its pairs).")
+"""The summary table's caption where it follows the finding (the full one, ``metric_caption``, is below it)."""
+
+
+def summary_table(boards: list[ScenarioBoard], prefix: str = "", level: str = "##") -> list[str]:
+    """The summary table of the finding (``metric_table`` on ``SORT_KEY``, a short caption), links under
+    ``prefix``, its heading at ``level``."""
+    return metric_table(boards, SORT_KEY, prefix=prefix, caption=SHORT_CAPTION,
+                        heading=f"{level} Summary: {column_format(SORT_KEY).title} by scenario")
+
+
+def metric_table(boards: list[ScenarioBoard], metric: str, *, prefix: str = "", caption: str | None = None,
+                 heading: str | None = None) -> list[str]:
     """Markdown lines: recipes x scenarios, ``mean ± CI (n=k) #rank of m`` per cell (the rank the
     seeds support, ``#1–3`` a tie), ``—`` where a recipe did not run; a last row states each
-    board's minimum detectable paired difference."""
+    board's minimum detectable paired difference. Links to the boards' pages under ``prefix``."""
     title = column_format(metric).title
     labels: list[str] = []
     for b in boards:
         labels += [str(x) for x in b.frame["label"] if str(x) not in labels]
-    header = ["recipe", "algorithm"] + [f"[{b.env}]({b.env}.md)" for b in boards]
-    lines = [f"## {title}", "",
-             f"Mean ± half-width of the 95% t-interval over seeds, n seeds, and `#rank` within the scenario by {title}: "
-             "a single number where paired sign-flip tests (Holm-corrected over the scenario's pairs) support the "
-             "order, `#1–3` for a tie over ranks 1 to 3. `—`: not run on that scenario. The last row is the minimum "
-             f"detectable paired difference at the scenario's n under its rule: {POWER:.0%} power at α/m, Holm's most "
-             f"stringent step over the scenario's m comparisons (two-sided α {ALPHA:g}; `none`: the sign-flip test "
-             "cannot reach α after Holm at that n; docs/leaderboard.md). It is what a board can resolve, not a bound "
-             "on the differences it leaves ties.", "",
+    header = ["recipe", "algorithm"] + [f"[{b.env}]({prefix}{b.env}.md)" for b in boards]
+    lines = [heading or f"## {title}", "", caption or metric_caption(metric), "",
              "| " + " | ".join(header) + " |", "|---|---|" + "|".join("---:" for _ in boards) + "|"]
     ranks = {b.env: metric_ranks(b, metric) for b in boards}
     for label in labels:
@@ -388,23 +410,37 @@ def made_by_line(boards: list[ScenarioBoard]) -> str:
             + "; ".join(f"{env} by {code}, evaluation version {ev}" for env, (code, ev) in made.items()) + ".")
 
 
+def summary_top(folder: Path, boards: list[ScenarioBoard]) -> list[str]:
+    """The first screen of ``summary_markdown``: its title and the finding (``finding.top_markdown``)."""
+    from sao_env.leaderboard.finding import top_markdown
+
+    return ["# Leaderboards: every scenario", "", *top_markdown(folder, boards=boards)]
+
+
 def summary_markdown(folder: Path) -> str:
     """The whole README.md of a leaderboard folder (see the module doc)."""
     boards = per_seed_boards(folder)
     if not boards:
         raise UserError(f"{folder}: no per-seed table (<scenario>-runs.csv) to summarise")
     ranked, apart = split_budgets(boards)
-    lines = ["# Leaderboards: every scenario", "", reading(ranked, len(apart)), "",
-             f"Generated on {date.today().isoformat()} by `sao-env leaderboard --summary` from the per-seed tables "
-             f"({', '.join(f'`{b.env}-runs.csv`' for b in boards)}); any row can be re-run from its scenario, recipe, "
-             "overrides and seed and compared. The rule (same scenario, simulated time and rollout slots for every "
-             "recipe) is docs/leaderboard.md; the site `index.html` shows the same tables.", ""]
+    lines = [*summary_top(folder, boards),
+             "<details><summary>The statistics behind these lines: every order the seeds support, with its Holm p; "
+             "what each board can detect; the collapses; how and from what this page was made</summary>", "",
+             reading(ranked, len(apart)), ""]
+    if ranked:
+        lines += [f"How to read the summary table: {metric_caption(SORT_KEY)}", ""]
+    lines += [f"Generated on {date.today().isoformat()} by `sao-env leaderboard --summary` from the per-seed tables "
+              f"({', '.join(f'`{b.env}-runs.csv`' for b in boards)}) and the maps' tables; any row can be re-run from "
+              "its scenario, recipe, overrides and seed and compared. The rule (same scenario, simulated time and "
+              "rollout slots for every recipe) is docs/leaderboard.md; the site `index.html` shows the same tables.", ""]
     made_by = made_by_line(boards)
     if made_by:
         lines += [made_by, ""]
+    lines += ["</details>", ""]
     if ranked:
         for metric in summary_metrics(ranked):
-            lines += metric_table(ranked, metric)
+            if metric != SORT_KEY:
+                lines += metric_table(ranked, metric)
         lines += paired_table(ranked)
         lines += collapse_table(ranked)
     lines += apart_lines(apart)
