@@ -66,13 +66,13 @@ class Critic:
 
     def __init__(self, policy: PreTrainedModel, *, lr: float, grad_clip: float | None, agg: str,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, frozen_pattern: str | None = None,
-                 freeze_attention: bool = True, gradient_checkpointing: bool = False):
+                 freeze_attention: bool = True, gradient_checkpointing: bool = False, fused_adam: bool = False):
         kwargs = {"frozen_pattern": frozen_pattern} if frozen_pattern else {}
         self.model = ValueModel(policy, freeze_attention=freeze_attention, **kwargs).eval()  # no dropout, as for the policy
         if gradient_checkpointing:
             enable_checkpointing(self.model.backbone)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, betas=betas, eps=eps, **({"fused": True} if fused_adam else {}))
         self.grad_clip, self.agg, self.lr = grad_clip, agg, lr
         self.skipped = 0
         self.nonfinite = 0
@@ -84,7 +84,7 @@ class Critic:
         return cls(policy, lr=config.critic_lr, grad_clip=config.grad_clip, agg=config.agg,
                    betas=config.adam_betas, eps=config.adam_eps, frozen_pattern=config.critic_frozen_pattern,
                    freeze_attention=config.critic_freeze_attention,
-                   gradient_checkpointing=config.gradient_checkpointing)
+                   gradient_checkpointing=config.gradient_checkpointing, fused_adam=config.fused_adam)
 
     @torch.no_grad()
     def values(self, batch: Batch) -> torch.Tensor:
