@@ -7,7 +7,8 @@ child process loads the packaged model (``smollm2-135m-instruct``, ``make instal
 ``agent.update`` (one warm-up update, then the median of ``--updates``); it reports the update's
 seconds and the process's peak resident memory. Generation is timed apart: tokens per second of
 sao-env's batched, KV-cached sampler and of transformers' ``generate`` at batch 1, 16 and 64.
-Threads: ``--threads`` (torch intra-op). Run it on an idle machine:
+Threads: ``--threads`` (torch intra-op); ``--fused-adam`` times each update also with ``agent.hparams.fused_adam``.
+Run it on an idle machine:
 
     .venv/bin/python bench/bench_real_model.py --threads 2
 
@@ -54,7 +55,8 @@ def _episodes(policy, tokenizer, *, group_size, new_tokens, seed):
     return episodes
 
 
-def _update_child(queue, learner: str, precision: str, threads: int, updates: int, new_tokens: int) -> None:
+def _update_child(queue, learner: str, precision: str, threads: int, updates: int, new_tokens: int,
+                  fused_adam: bool = False) -> None:
     import torch
 
     torch.set_num_threads(threads)
@@ -68,10 +70,11 @@ def _update_child(queue, learner: str, precision: str, threads: int, updates: in
     policy = place(build_policy(spec, tokenizer), "cpu", precision)
     if learner == "sao":
         agent = SAOAgent(policy, tokenizer, SAOConfig(critic_warmup_updates=0, lr=1e-6, critic_lr=5e-6,
-                                                      episodes_per_update=8))
+                                                      episodes_per_update=8, fused_adam=fused_adam))
         group = 1
     else:
-        agent = GRPOAgent(policy, tokenizer, GRPOConfig(group_size=4, groups_per_update=2, lr=1e-6))
+        agent = GRPOAgent(policy, tokenizer, GRPOConfig(group_size=4, groups_per_update=2, lr=1e-6,
+                                                        fused_adam=fused_adam))
         group = 4
     times, tokens = [], 0
     for k in range(updates + 1):
@@ -81,7 +84,8 @@ def _update_child(queue, learner: str, precision: str, threads: int, updates: in
         agent.update(episodes)
         if k:
             times.append(time.perf_counter() - start)
-    queue.put({"learner": learner, "precision": precision, "threads": threads, "update_s": statistics.median(times),
+    queue.put({"learner": learner, "precision": precision, "fused_adam": fused_adam, "threads": threads,
+               "update_s": statistics.median(times),
                "tokens_per_update": tokens, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
 
 
@@ -138,13 +142,17 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--precisions", default="float32,bf16_autocast")
+    parser.add_argument("--fused-adam", action="store_true", help="also time the updates with agent.hparams.fused_adam")
+    parser.add_argument("--no-generation", action="store_true", help="time the updates only")
     args = parser.parse_args()
     for precision in args.precisions.split(","):
         for learner in ("grpo", "sao"):
-            row = _run(_update_child, learner, precision, args.threads, args.updates, args.new_tokens)[0]
-            print(json.dumps(row), flush=True)
-        for row in _run(_generation_child, precision, args.threads, 64):
-            print(json.dumps(row), flush=True)
+            for fused in ((False, True) if args.fused_adam else (False,)):
+                row = _run(_update_child, learner, precision, args.threads, args.updates, args.new_tokens, fused)[0]
+                print(json.dumps(row), flush=True)
+        if not args.no_generation:
+            for row in _run(_generation_child, precision, args.threads, 64):
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

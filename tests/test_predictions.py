@@ -151,3 +151,22 @@ def test_a_map_still_running_is_read_from_its_ledger_with_the_whole_family(tmp_p
     assert table["verdict"].tolist() == ["held", "no data"] and table["n"].tolist() == [10, 0]
     assert table.loc[0, "p_holm"] == pytest.approx(2 * 2 / 1024)
     assert "**Provisional**" in (tmp_path / "verdict.md").read_text()
+
+
+def test_the_real_model_boards_predictions_are_its_grid_headers_word_for_word():
+    """leaderboards/real-model/predictions.yaml restates grid.yaml's pre-registered P1-P4 (cells, contrasts, signs
+    and the character model's result each tests); the family of 4 can resolve at the grid's 8 seeds."""
+    header = (REPO / "leaderboards" / "real-model" / "grid.yaml").read_text()
+    written = {m.group(1): (m.group(2), m.group(3).strip(), m.group(4), m.group(5).strip())
+               for m in re.finditer(r"^#[ \t]+(P\d)[ \t]+(\S+)[ \t]+(\S+ - \S+)[ \t]+([<>])[ \t]+0\b[ \t]*(.*)$", header, re.M)}
+    spec_ = load_predictions(REPO / "leaderboards" / "real-model" / "predictions.yaml")
+    assert sorted(written) == [p.id for p in spec_.predictions] == ["P1", "P2", "P3", "P4"]
+    for p in spec_.predictions:
+        cell, contrast, sign, why = written[p.id]
+        assert (p.cell, p.contrast, p.sign, p.why) == (cell, contrast, sign, why), p.id
+    grid = yaml.safe_load(header)
+    rows = {r["label"] for r in grid["rows"]}
+    assert all({*p.rows} <= rows and p.cell in grid["scenarios"] for p in spec_.predictions)
+    assert rows == {"sao", "grpo", "grpo_dis", "running_mean"} and len(grid["seeds"]) == 8
+    assert 2 / 2 ** len(grid["seeds"]) <= spec_.alpha / len(spec_.predictions)  # Holm's first step is reachable
+    assert "agent.model.name=smollm2-135m-instruct" in grid["cut"]

@@ -16,6 +16,8 @@ ENV_IDS: dict[str, str] = {
     "sao/BenchmarkStream-v0": "benchmark-stream",
     "sao/CodebaseDrift-v0": "codebase-drift",
     "sao/SWEBenchVerified-v0": "swebench-verified",
+    "sao/ChatStyleDrift-v0": "chat-style-drift",
+    "sao/ChatToolDrift-v0": "chat-tool-drift",
 }
 """Registered id -> scenario spec name (envs/<name>.yaml)."""
 
