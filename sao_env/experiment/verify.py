@@ -12,7 +12,8 @@ in a scratch directory, and compares:
   inside it, the re-run is a plausible seed of the row; outside it, the row does not reproduce.
 
 Under the pinned numerics (``sao_env.numerics``) a run is the same bytes on any x86-64 machine with
-AVX2, so "identical" is the expected verdict there; elsewhere (unpinned, ARM) the interval decides.
+AVX2 of the vendor that made it (AMD and Intel's MKL kernels differ), so "identical" is the expected
+verdict there; elsewhere (the other vendor, unpinned, ARM) the interval decides.
 The row's configuration hash must equal the one the current recipe and scenario resolve to:
 otherwise the recipe changed since the row was made and nothing can be verified (a ``UserError``).
 """
