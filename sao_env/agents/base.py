@@ -12,66 +12,15 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar, Iterable, Sequence
 
 import torch
-from pydantic import ConfigDict, Field, field_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.algos import masked_mean
-from sao_env.config_dump import OmitDefaults
+from sao_env.agents.configs import MAX_LR, AgentConfig  # noqa: F401 (defined in configs.py, without torch)
 from sao_env.errors import UserError
 from sao_env.policy.generate import sequence_logprobs
 from sao_env.policy.lean import enable_checkpointing
 from sao_env.policy.placement import autocast, model_device
 from sao_env.types import Episode
-
-
-MAX_LR = 1e6
-"""The largest learning rate a recipe may set: Adam moves each weight by about lr per step, so a larger one
-diverges at its first step, and past float32's range (3.4e38) the optimizer cannot take the step at all."""
-
-
-class AgentConfig(OmitDefaults):
-    """Hyper-parameters common to every agent (each algorithm adds its own); unknown keys, infinite
-    and NaN numbers are errors."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    lr: float = Field(1e-4, gt=0, le=MAX_LR)
-    """Actor learning rate (Adam)."""
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    """Adam's betas for every optimizer of the agent."""
-    adam_eps: float = Field(1e-5, gt=0)
-    """Adam's epsilon (1e-5 as in CleanRL's PPO: a saturated softmax's tiny gradients are not
-    rescaled into full-size steps, which otherwise erodes tokens the policy is already sure of)."""
-    grad_clip: float | None = Field(1.0, gt=0)
-    """Clip the global gradient norm to this (None: no clipping); the unclipped norm is logged."""
-    agg: str = "token_mean"
-    """Loss aggregation, see ``sao_env.algos.agg_loss``."""
-    reward_norm: bool = False
-    """Normalise rewards by a running mean/std before computing advantages (long, noisy episodes)."""
-    micro_batch_tokens: int | None = Field(None, ge=1)
-    """Token budget of one learner micro-batch (rows x padded width): a batch larger than this is packed into
-    micro-batches by length and its gradient accumulated (``plan_micro_batches``); the loss keeps the recipe's
-    aggregation over the whole batch. None: the batch in one piece."""
-    gradient_checkpointing: bool = False
-    """Recompute each transformer block's activations in the backward pass instead of keeping them (large
-    models: memory for about one more forward pass)."""
-
-    fused_adam: bool = False
-    """Every optimizer of the agent with torch's fused Adam kernel: on a 135M-parameter model a step takes 0.45 s
-    where the default (single-tensor) kernel takes 1.62 s (docs/performance.md), with other float bits, so the
-    tiny models' recipes (and their pinned bytes and boards) keep the default."""
-
-    omit_at_default: ClassVar[tuple[str, ...]] = ("micro_batch_tokens", "gradient_checkpointing", "fused_adam")
-    """Keys left out of the dump while they hold their defaults: configurations written before they existed
-    keep their hashes."""
-
-
-    @field_validator("adam_betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        if not all(0 <= b < 1 for b in betas):
-            raise ValueError(f"Adam's betas must lie in [0, 1), got {list(betas)}")
-        return betas
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,10 @@ from __future__ import annotations
 
 import math
 
-from pydantic import Field
-
-from sao_env.agents.base import Agent, AgentConfig, resolve_band
+from sao_env.agents.base import Agent, resolve_band
+from sao_env.agents.configs import ReinforceConfig, RunningMeanConfig
 from sao_env.algos import broadcast_sequence_advantages, dis_policy_loss, policy_gradient_loss, running_mean_advantages
 from sao_env.types import Episode
-
-
-class RunningMeanConfig(AgentConfig):
-    window: int = Field(128, ge=1)
-    """Rewards in the running-mean baseline."""
-    episodes_per_update: int = Field(8, ge=1)
-    """Episodes consumed per update."""
-    dis_eps_low: float | None = Field(None, gt=0, le=1)
-    """DIS band below 1 (None: the scenario's)."""
-    dis_eps_high: float | None = Field(None, gt=0)
-    """DIS band above 1 (None: the scenario's)."""
 
 
 class RunningMeanAgent(Agent):
@@ -52,11 +40,6 @@ class RunningMeanAgent(Agent):
 
         self.updates += 1
         return self.actor_step(batch, loss_fn) | {"actor/baseline": sum(self.history) / max(len(self.history), 1)}
-
-
-class ReinforceConfig(AgentConfig):
-    episodes_per_update: int = Field(8, ge=1)
-    """Episodes consumed per update."""
 
 
 class ReinforceAgent(Agent):

@@ -15,37 +15,11 @@ The variant is chosen by the recipe's settings (agents/grpo*.yaml), never by nam
 from __future__ import annotations
 
 import torch
-from pydantic import Field, field_validator
 
-from sao_env.agents.base import Agent, AgentConfig, Batch, resolve_band
-from sao_env.algos import POLICY_LOSSES, broadcast_sequence_advantages, check_policy_loss, group_advantages
+from sao_env.agents.base import Agent, Batch, resolve_band
+from sao_env.agents.configs import GRPOConfig
+from sao_env.algos import POLICY_LOSSES, broadcast_sequence_advantages, group_advantages
 from sao_env.types import Episode
-
-
-class GRPOConfig(AgentConfig):
-    group_size: int = Field(4, ge=2)
-    """G: rollouts sampled per prompt."""
-    groups_per_update: int = Field(2, ge=1)
-    """B: complete groups consumed per update."""
-    loss: str = "ppo_clip"
-    """Policy loss from ``sao_env.algos.POLICY_LOSSES``: ppo_clip, dis, pg, tis, mis_token, mis_seq or gspo."""
-    eps_low: float | None = Field(0.2, gt=0, le=1)
-    """Lower clip/band width (None: the scenario's DIS band); tis uses it for diagnostics only."""
-    eps_high: float | None = Field(0.28, gt=0)
-    """Upper clip/band width; > eps_low is clip-higher; tis truncates at 1 + eps_high (None: the scenario's)."""
-    dual_clip: float | None = Field(None, gt=1)
-    """Dual-clip bound for negative advantages (ppo_clip only)."""
-    normalize_std: bool = True
-    """Divide by the group's std (False: Dr. GRPO's mean-only centering)."""
-    epochs: int = Field(1, ge=1)
-    """Passes over each batch."""
-    minibatches: int = Field(1, ge=1)
-    """Gradient steps per pass (episodes split evenly)."""
-
-    @field_validator("loss")
-    @classmethod
-    def _known_loss(cls, name: str) -> str:
-        return check_policy_loss(name)
 
 
 class GRPOAgent(Agent):

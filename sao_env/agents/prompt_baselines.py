@@ -21,27 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 
-from pydantic import Field
-
-from sao_env.agents.base import Agent, AgentConfig, resolve_band
+from sao_env.agents.base import Agent, resolve_band
+from sao_env.agents.configs import KeyedBaselineConfig
 from sao_env.algos import broadcast_sequence_advantages, dis_policy_loss, keyed_baseline_advantages
 from sao_env.tasks.variants import prompt_key
 from sao_env.types import Episode, Task
-
-
-class KeyedBaselineConfig(AgentConfig):
-    window: int = Field(128, ge=1)
-    """Rewards kept per key (prompt or class) for its baseline."""
-    discount: float = Field(1.0, gt=0, le=1)
-    """Weight of each older reward of a key relative to the next newer one (1: a plain mean)."""
-    global_window: int = Field(128, ge=1)
-    """Rewards in the global running mean, the fallback for an unseen key (the running_mean recipe's)."""
-    episodes_per_update: int = Field(8, ge=1)
-    """Episodes consumed per update."""
-    dis_eps_low: float | None = Field(None, gt=0, le=1)
-    """DIS band below 1 (None: the scenario's)."""
-    dis_eps_high: float | None = Field(None, gt=0)
-    """DIS band above 1 (None: the scenario's)."""
 
 
 class KeyedBaselineAgent(Agent):

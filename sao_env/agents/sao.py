@@ -23,76 +23,14 @@ the loss alone. The ablation knobs (``critic_freeze_attention``, ``adaptive_lamb
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from sao_env.agents.base import MAX_LR, Agent, AgentConfig, Batch, resolve_band
+from sao_env.agents.base import Agent, Batch, resolve_band
+from sao_env.agents.configs import SAOConfig
 from sao_env.agents.critic import Critic
 from sao_env.agents.segment_dis import policy_losses
 from sao_env.algos import adaptive_lambda, gae, masked_mean, masked_whiten, value_diagnostics
 from sao_env.types import Episode
-
-
-class SAOConfig(AgentConfig):
-    critic_lr: float = Field(1e-4, gt=0, le=MAX_LR)
-    """Critic learning rate (Adam), its own setting (the paper: 5x the actor's, 5e-6 against 1e-6)."""
-    critic_updates: int = Field(2, ge=1)
-    """K: critic steps per policy update (1: a critic no faster than the actor)."""
-    critic_warmup_updates: int = Field(8, ge=0)
-    """Learner updates during which only the critic trains (its cold start)."""
-    critic_freeze_attention: bool = True
-    """Freeze the critic's attention modules, as the paper does (False: every critic weight trains)."""
-    critic_frozen_pattern: str | None = None
-    """Regex over module names of attention blocks to freeze in the critic (None: the default)."""
-    adaptive_lambda: bool = True
-    """GAE lambda = 1 - 1/(alpha * l) per episode, l its action tokens (False: the fixed ``lam``)."""
-    alpha: float = Field(1.5, gt=0)
-    """Length-adaptive GAE lambda = 1 - 1/(alpha * l)."""
-    lam: float = Field(0.95, ge=0, le=1)
-    """Fixed GAE lambda, used only when ``adaptive_lambda`` is off (PPO's 0.95)."""
-    gamma: float = Field(1.0, ge=0, le=1)
-    """Discount per action token, for the advantages and the critic's targets (the paper: 1)."""
-    episodes_per_update: int = Field(8, ge=1)
-    """N: single-rollout episodes (distinct prompts) consumed per update, in completion order; the
-    paper uses 128, 1 is the streaming extreme (agents/sao_streaming.yaml). The losses are token
-    means, so one Adam step is about lr long whatever N; the ablation grid scales both lrs by
-    sqrt(N/8) (Adam's square-root rule, Malladi et al. 2022) and the warm-up to the same ~80
-    trajectories (leaderboards/ablations/grid.yaml)."""
-    loss: str = "dis"
-    """Policy loss by name: any of ``sao_env.algos.POLICY_LOSSES`` (dis, ppo_clip, pg, ...) or a
-    segment-level DIS of ``sao_env.agents.segment_dis`` (dis_sequence, dis_step)."""
-    eps_low: float | None = Field(None, gt=0, le=1, validation_alias=AliasChoices("eps_low", "dis_eps_low"))
-    """Band (or clip) width below 1 (None: the scenario's DIS band, 0.3 reasoning / 0.8 coding)."""
-    eps_high: float | None = Field(None, gt=0, validation_alias=AliasChoices("eps_high", "dis_eps_high"))
-    """Band (or clip) width above 1 (None: the scenario's DIS band, 5.0 reasoning / 3.0 coding)."""
-    dual_clip: float | None = Field(None, gt=1)
-    """Dual-clip bound for negative advantages (ppo_clip only)."""
-    whiten_advantages: bool = False
-    """Whiten advantages over the batch's action tokens (off in the paper)."""
-    advantage_values: Literal["before_fit", "after_fit"] = "before_fit"
-    """Critic values the actor's advantages use: V_old, before the critic's K steps on this batch
-    (default, as in PPO), or the values after them."""
-    value_pretrain_episodes: int = Field(0, ge=0)
-    """Value pretraining: episodes of the warm-start policy on phase-1 training tasks that the critic
-    is fitted on before t=0 (0: off). Not charged to simulated time (``value_pretrain.py``)."""
-    value_pretrain_steps: int = Field(40, ge=1)
-    """Critic steps of the value pretraining, each on ``episodes_per_update`` of its episodes in turn."""
-
-    @field_validator("loss")
-    @classmethod
-    def _known_loss(cls, name: str) -> str:
-        known = policy_losses()
-        if name not in known:
-            raise ValueError(f"unknown loss {name!r}; known: {', '.join(known)}")
-        return name
-
-    @model_validator(mode="after")
-    def _frozen_pattern_needs_freezing(self):
-        if self.critic_frozen_pattern is not None and not self.critic_freeze_attention:
-            raise ValueError("critic_frozen_pattern is set but critic_freeze_attention is false")
-        return self
 
 
 class SAOAgent(Agent):

@@ -13,18 +13,8 @@ comparison changed two things at once; ``advantage_values: after_fit`` keeps tha
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from sao_env.agents.sao import SAOAgent, SAOConfig
-
-
-class VAPOConfig(SAOConfig):
-    loss: str = "ppo_clip"
-    """Policy loss by name (``sao_env.algos.POLICY_LOSSES``); VAPO and PPO use ppo_clip."""
-    eps_low: float | None = Field(0.2, gt=0, le=1)
-    """PPO clip below 1 (None: the scenario's DIS band)."""
-    eps_high: float | None = Field(0.28, gt=0)
-    """PPO clip above 1, clip-higher when > eps_low (None: the scenario's DIS band)."""
+from sao_env.agents.configs import VAPOConfig
+from sao_env.agents.sao import SAOAgent
 
 
 class VAPOAgent(SAOAgent):

@@ -43,6 +43,40 @@ def cluster_options(cluster: str | None, resources: str | None, node_runs_dir: P
             *(["--node-runs-dir", str(node_runs_dir)] if node_runs_dir is not None else []), *(["--ship-runs"] if ship else [])]
 
 
+def precheck_cells(spec) -> None:
+    """The grid's scenario and recipe names and each row's hyper-parameters (its recipe's with the cut, the
+    row's overrides and each axis point applied), checked before torch is imported: a typo there is one line
+    in about a second, the line ``plan_grid`` would give (``scenario S, row 'R'[, axis=value]: ...``)."""
+    import itertools
+
+    from sao_env.cli.training import precheck_agent
+    from sao_env.specs import find_spec
+
+    axes = list(spec.axes)
+    points = list(itertools.product(*spec.axis_values.values()))
+
+    def where(scenario: str, row, point: tuple) -> str:
+        return f"scenario {scenario}, row {row.label!r}" + "".join(f", {k}={v}" for k, v in zip(axes, point))
+
+    for scenario in spec.scenarios:
+        try:
+            find_spec("envs", scenario)
+        except UserError as err:
+            raise UserError(f"{where(scenario, spec.rows[0], points[0])}: {err}") from None
+    for row in spec.rows:
+        seen: set[tuple[str, ...]] = set()
+        for point in points:
+            overrides = [*spec.cut, *row.overrides, *(f"{k}={v}" for k, v in zip(axes, point))]
+            agent_part = tuple(x for x in overrides if x.split("=", 1)[0].strip().startswith("agent."))
+            if agent_part in seen:
+                continue
+            seen.add(agent_part)
+            try:
+                precheck_agent(row.agent, list(agent_part))
+            except UserError as err:
+                raise UserError(f"{where(spec.scenarios[0], row, point)}: {err}") from None
+
+
 def grid(
     path: Path = typer.Argument(..., help="The grid file (YAML: rows, scenarios, seeds, baseline; optional axes, cut, metric)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the tables, the figure and the log (default: runs/grids/NAME)."),
@@ -82,6 +116,7 @@ def grid(
 
         seed_list = parse_seeds(seeds)
     spec = load_grid(path, seeds=seed_list, metric=metric)
+    precheck_cells(spec)
     every = _checkpoint_every(checkpoint_every)  # torch (the checkpoint module): after the grid file's checks
     planned = plan_grid(spec, source=path, runs_dir=runs_dir, build_sources=not dry_run)
     out = out if out is not None else default_out(path)

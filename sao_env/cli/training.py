@@ -45,26 +45,22 @@ def _checkpoint_every(text: str):
 def precheck(env: str, agent: str, overrides: list[str], *, network: bool = True) -> None:
     """The scenario and recipe names, the overrides' form and the values of the scenario and the runtime
     (with the overrides applied), checked before torch is imported: a typo or a value that cannot run is
-    one line in a second; of the algorithm's hyper-parameters (whose models load torch), an infinite or NaN
-    number; a policy model that cannot load here (``sao_env.hub.check_model``: a made-up id, offline, the hub
-    unreachable; ``network=False``, a dry run, looks only at the disk). What this cannot see (unknown keys, the
-    hyper-parameters' other bounds) is checked when the configuration is resolved."""
+    one line in a second; the algorithm's hyper-parameters (``sao_env.agents.configs.check_hparams``: unknown
+    keys, types, bounds); a policy model that cannot load here (``sao_env.hub.check_model``: a made-up id,
+    offline, the hub unreachable; ``network=False``, a dry run, looks only at the disk). What this cannot see
+    (unknown keys outside the hyper-parameters, the task sources' parameters) is checked when the configuration
+    is resolved."""
     from pydantic import ValidationError
 
+    from sao_env.agents.configs import check_hparams
     from sao_env.runtime.spec import RuntimeSpec
     from sao_env.scenario import ScenarioSpec
     from sao_env.specs import find_spec, load_yaml
 
     raw = {"env": load_yaml(find_spec("envs", env)), "agent": load_yaml(find_spec("agents", agent))}
-    for item in overrides:
-        if "=" not in item:
-            raise UserError(f"override {item!r} is not of the form key.sub=value")
-        key, value = item.split("=", 1)
-        _set_known(raw, key.split("."), value)
+    apply_known(raw, overrides)
     hparams = raw["agent"].get("hparams") or {}
-    for key, value in hparams.items() if isinstance(hparams, dict) else ():
-        if any(_non_finite(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
-            raise UserError(f"invalid configuration at agent.hparams.{key}: Input should be a finite number")
+    _finite_hparams(hparams)
     runtime = raw["agent"].get("runtime") or {}
     for prefix, model, data in (("env", ScenarioSpec, raw["env"]), ("agent.runtime", RuntimeSpec, runtime)):
         if not isinstance(data, dict):
@@ -75,6 +71,7 @@ def precheck(env: str, agent: str, overrides: list[str], *, network: bool = True
             first = err.errors()[0]
             where = ".".join([prefix, *(str(p) for p in first["loc"])])
             raise UserError(f"invalid configuration at {where}: {first['msg']}") from None
+    check_hparams(raw["agent"])
     model = raw["agent"].get("model") if isinstance(raw["agent"], dict) else None
     if isinstance(model, dict) and isinstance(model.get("name"), str):
         from sao_env.hub import check_model
@@ -82,6 +79,38 @@ def precheck(env: str, agent: str, overrides: list[str], *, network: bool = True
         check_model(model["name"], network=network)
     if network and isinstance(raw["env"], dict):
         _benchmark_rows_here(raw["env"])
+
+
+def apply_known(raw: dict, overrides: list[str]) -> None:
+    """The ``key.sub=value`` overrides set into ``raw`` (``{"env": ..., "agent": ...}``, either may be left out)
+    where ``_set_known`` can place them; a recipe without ``hparams`` gets an empty mapping for them."""
+    if isinstance(raw.get("agent"), dict) and "hparams" not in raw["agent"]:
+        raw["agent"]["hparams"] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override {item!r} is not of the form key.sub=value")
+        key, value = item.split("=", 1)
+        _set_known(raw, key.split("."), value)
+
+
+def _finite_hparams(hparams) -> None:
+    """An infinite or NaN number among a recipe's hyper-parameters (a list's item too), named by its key."""
+    for key, value in hparams.items() if isinstance(hparams, dict) else ():
+        if any(_non_finite(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise UserError(f"invalid configuration at agent.hparams.{key}: Input should be a finite number")
+
+
+def precheck_agent(agent: str, overrides: list[str]) -> None:
+    """A recipe's name and, with the overrides applied, its hyper-parameters (``precheck``'s checks of the
+    agent alone), before torch is imported: what a grid's row is checked with."""
+    from sao_env.agents.configs import check_hparams
+    from sao_env.specs import find_spec, load_yaml
+
+    raw = {"agent": load_yaml(find_spec("agents", agent))}
+    apply_known(raw, overrides)
+    if isinstance(raw["agent"], dict):
+        _finite_hparams(raw["agent"].get("hparams") or {})
+        check_hparams(raw["agent"])
 
 
 def _benchmark_rows_here(env: dict) -> None:

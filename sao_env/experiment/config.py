@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sao_env.agents import ALGORITHMS, Agent
+from sao_env.agents.configs import build_hparams
 from sao_env.errors import UserError, did_you_mean
 from sao_env.policy.model import ModelSpec
 from sao_env.policy.warmstart import load_warm_started
@@ -138,15 +139,7 @@ def build_agent_config(recipe: AgentRecipe):
     if recipe.algorithm not in ALGORITHMS:
         raise UserError(f"unknown algorithm {recipe.algorithm!r} in recipe {recipe.name!r}"
                         f"{did_you_mean(recipe.algorithm, ALGORITHMS)}; known: {', '.join(ALGORITHMS)}")
-    try:
-        return ALGORITHMS[recipe.algorithm].config_cls(**recipe.hparams)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        hint = ""
-        if first["type"] == "extra_forbidden" and len(first["loc"]) == 1:
-            hint = did_you_mean(first["loc"][0], ALGORITHMS[recipe.algorithm].config_cls.model_fields)
-        raise UserError(f"invalid configuration at agent.hparams.{where}: {first['msg']}{hint}") from None
+    return build_hparams(ALGORITHMS[recipe.algorithm].config_cls, recipe.hparams)
 
 
 def build_agent(config: RunConfig, scenario: Scenario, *, show_progress: bool = True) -> Agent:
