@@ -134,3 +134,23 @@ def test_a_stop_signal_is_acknowledged_at_once_and_a_second_one_stops_without_wa
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is not None and checkpoints.stop_signal == "SIGTERM"
+
+
+def test_a_second_signal_goes_to_the_callers_handler_with_its_own_number(tmp_path, capsys):
+    """The command's handler (``cli.app``) turns the second SIGTERM into its exit 143, not 130."""
+    from sao_env.experiment.run import _Checkpoints
+    from sao_env.runtime.checkpoint import CheckpointEvery
+
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None)
+        with checkpoints.signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert received == []
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -392,8 +392,10 @@ class _Checkpoints:
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
         def ask_stop(signum, frame) -> None:
-            if self.stop_signal is not None:  # asked twice: stop now, from the last checkpoint written
-                raise KeyboardInterrupt
+            if self.stop_signal is not None:  # asked twice: stop now (from the last checkpoint), as the caller stops
+                signal.signal(signum, previous[signum])
+                os.kill(os.getpid(), signum)
+                return
             self.stop_signal = signal.Signals(signum).name
             last = f" (about {self.seconds / self.written:.1f} s each so far)" if self.written else ""
             print(f"sao-env: stopping: the update in progress finishes, then a checkpoint is written{last}; "
