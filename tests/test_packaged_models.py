@@ -46,3 +46,24 @@ def test_a_materialized_folder_is_found_by_its_marker_and_named_by_the_model_spe
     assert main(["models"]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("absent-1m")]
     assert line and line[0].endswith(f"materialized at {folder}")
+
+
+def test_eval_takes_a_packaged_name_and_a_missing_package_is_one_line(absent):
+    """``sao-env eval smollm2-135m-instruct`` asked the hub for a model of that name (five retries, 51 s, then
+    an error): a packaged name is its materialized folder, for the backends that load weights here."""
+    from sao_env.benchmarks.runner import resolve_model
+
+    with pytest.raises(UserError, match="absent-1m") as err:
+        resolve_model("absent-1m")
+    assert "\n" not in str(err.value)
+    assert resolve_model("absent-1m", local=False).load == "absent-1m"  # a served model's name, as given
+
+
+def test_an_unreachable_hub_is_said_at_once_when_eval_loads_a_model(monkeypatch):
+    from sao_env import hub
+    from sao_env.benchmarks.backends import make_backend
+
+    monkeypatch.setattr(hub, "offline", lambda: True)
+    with pytest.raises(UserError) as err:
+        make_backend("transformers", "no-such-org/no-such-model-x")
+    assert str(err.value).startswith(f"cannot load model no-such-org/no-such-model-x ({hub.OFFLINE_HINT})")

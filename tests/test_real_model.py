@@ -120,3 +120,11 @@ def test_one_grpo_update_moves_the_policy_only_where_a_group_disagrees(model):
     metrics = agent.update(_episodes(policy, tokenizer, [1.0, 0.0], group_size=2))  # advantages +1/-1 (std-normalised)
     assert metrics["actor/grad_norm"] > 0
     assert sum(not torch.equal(p, before[n]) for n, p in policy.named_parameters()) == len(before) - 0
+
+
+def test_eval_resolves_the_packaged_name_to_its_folder():
+    from sao_env.benchmarks.runner import resolve_model
+
+    ref = resolve_model(NAME)
+    assert (ref.load, ref.name) == (str(packaged.materialize(NAME)), NAME)
+    assert json.loads((packaged.materialize(NAME) / "config.json").read_text())["model_type"] == "llama"

@@ -78,16 +78,19 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from sao_env.hub import reach_or_cache
         from sao_env.policy.model import load_tokenizer
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        try:
-            self.tokenizer = load_tokenizer(str(model))
-            torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
-            self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch_dtype).to(self.device)
-        except (OSError, ValueError) as err:
-            reason = (str(err).strip().splitlines() or [""])[0][:200]
-            raise UserError(f"cannot load model {model} ({type(err).__name__}: {reason})") from err
+        with reach_or_cache() as why_offline:  # an unreachable hub: the cache only, at once (not minutes of retries)
+            try:
+                self.tokenizer = load_tokenizer(str(model))
+                torch_dtype = getattr(torch, dtype) if dtype != "auto" else "auto"
+                self.model = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch_dtype).to(self.device)
+            except (OSError, ValueError) as err:
+                reason = (str(err).strip().splitlines() or [""])[0][:200]
+                raise UserError(f"cannot load model {model}" + (f" ({why_offline})" if why_offline else "")
+                                + f" ({type(err).__name__}: {reason})") from err
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -35,7 +35,8 @@ def looks_local(argument: str) -> bool:
 
 def resolve_model(argument: str, checkpoint: str | None = None, *, local: bool = True) -> ModelRef:
     """A run directory (``config.yaml`` + ``checkpoints/``) means its ``checkpoints/final`` (or
-    ``checkpoint``); any other folder is a model folder; anything else a hub id / served name.
+    ``checkpoint``); any other folder is a model folder; a packaged model's name (``sao-env models``) its
+    materialized folder; anything else a hub id / served name.
     With ``local`` (backends that load the weights here), an argument that ``looks_local`` but does not
     exist is an error at once, before any suite or hub is read."""
     path = Path(argument)
@@ -60,6 +61,10 @@ def resolve_model(argument: str, checkpoint: str | None = None, *, local: bool =
         return ModelRef(str(path), path.resolve().name)
     if path.exists():
         raise UserError(f"{argument} is a file; pass a run directory, a model folder or a Hugging Face id")
+    from sao_env.policy import packaged
+
+    if local and packaged.is_packaged(argument):  # converted from its package once, then a local folder
+        return ModelRef(str(packaged.materialize(argument)), argument)
     return ModelRef(argument, argument)
 
 
