@@ -227,6 +227,7 @@ def test_eval_through_an_openai_compatible_server(tmp_path, monkeypatch):
     assert (summary["ci95_low"], summary["ci95_high"]) == (pytest.approx(0.1253345, abs=1e-6),
                                                            pytest.approx(0.8746655, abs=1e-6))
     assert summary["ci95_half_width"] == pytest.approx(0.3746655, abs=1e-6)
+    assert summary["ci_method"] == "Wilson score interval of the per-problem accuracies (95 %)"  # it said Student-t
     assert summary["model"] == "served-model" and summary["backend"] == "openai"
     assert summary["tokens"]["completion_tokens"] > 0 and summary["tokens"]["unfinished"] == 0
     assert {(r["model"], r["seed"], r["auth"]) for r in server.requests} >= {("served-model", 0, "Bearer sk-test"),

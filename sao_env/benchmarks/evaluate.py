@@ -5,7 +5,7 @@ Outputs of one suite (in its output folder):
 - ``samples.jsonl``: one line per sample: id, sample index, prompt, response, extracted answer,
   gold, verdict, reward, reason, grader, completion tokens, finished, category.
 - ``summary.json``: suite, model, accuracy (avg@k, a fraction in [0, 1]), n (samples graded),
-  problems, k, ci95_low/ci95_high (Student-t over per-problem accuracies, see metrics.py),
+  problems, k, ci95_low/ci95_high (the Wilson score interval of the per-problem accuracies, see metrics.py),
   pass_at_k, by_category, grader, answer_fallback (where answers may come from besides the last
   box), date, code version, decoding settings, token counts, timings and the count of responses
   that held invalid Unicode or NUL bytes (``sanitized``, graded after replacing them).
@@ -662,7 +662,7 @@ def write_results(
         **scores,
         "k": k,
         "metric": f"avg@{k}",
-        "ci_method": "Student-t over per-problem accuracies, clipped to [0, 1]",
+        "ci_method": metrics.CI_METHOD,
         "by_category": metrics.by_category(rewards, category_of),
         "grader": grader,
         "answer_fallback": fallback,

@@ -63,6 +63,9 @@ def pass_at_k_table(correct_P: Sequence[int], n_P: Sequence[int]) -> dict[str, f
     return {str(k): pass_at_k(correct_P, n_P, k) for k in ks}
 
 
+CI_METHOD = "Wilson score interval of the per-problem accuracies (95 %)"
+"""What ``confidence_interval_95`` computes, in words: the ``ci_method`` of a suite's summary.json."""
+
 Z95 = 1.959963984540054
 """The two-sided 95 % normal quantile of the Wilson interval."""
 
