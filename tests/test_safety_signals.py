@@ -122,18 +122,22 @@ def test_a_stop_signal_is_acknowledged_at_once_and_a_second_one_stops_without_wa
     from sao_env.experiment.run import _Checkpoints
     from sao_env.runtime.checkpoint import CheckpointEvery
 
-    checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None)
-    with checkpoints.signals():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)
-        assert checkpoints.stop_signal == "SIGTERM"
-        said = capsys.readouterr().err.splitlines()
-        assert said == ["sao-env: stopping: the update in progress finishes, then a checkpoint is written; "
-                        "signal again to stop at once without it"]
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (test runners differ)
+    try:
+        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None)
+        with checkpoints.signals():
+            os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
-    assert signal.getsignal(signal.SIGTERM) is not None and checkpoints.stop_signal == "SIGTERM"
+            assert checkpoints.stop_signal == "SIGTERM"
+            said = capsys.readouterr().err.splitlines()
+            assert said == ["sao-env: stopping: the update in progress finishes, then a checkpoint is written; "
+                            "signal again to stop at once without it"]
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+        assert checkpoints.stop_signal == "SIGTERM"
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_second_signal_goes_to_the_callers_handler_with_its_own_number(tmp_path, capsys):
