@@ -63,7 +63,9 @@ def test_an_unreachable_hub_is_said_at_once_when_eval_loads_a_model(monkeypatch)
     from sao_env import hub
     from sao_env.benchmarks.backends import make_backend
 
-    monkeypatch.setattr(hub, "offline", lambda: True)
+    monkeypatch.setattr(hub, "offline", lambda: False)
+    monkeypatch.setattr(hub, "unreachable", lambda: "hub.invalid:443: Name or service not known")
     with pytest.raises(UserError) as err:
         make_backend("transformers", "no-such-org/no-such-model-x")
-    assert str(err.value).startswith(f"cannot load model no-such-org/no-such-model-x ({hub.OFFLINE_HINT})")
+    assert str(err.value).startswith("cannot load model no-such-org/no-such-model-x (cannot reach "
+                                     f"{hub.endpoint()} (hub.invalid:443: Name or service not known))")
