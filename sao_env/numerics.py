@@ -80,16 +80,21 @@ NUMPY_AVX512_TARGETS = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX5
 """numpy < 2.4's dispatch targets past AVX2."""
 NUMPY_VARIABLES = ("NPY_ENABLE_CPU_FEATURES", "NPY_DISABLE_CPU_FEATURES")
 
-def cpu_vendor() -> str:
-    """``GenuineIntel``, ``AuthenticAMD`` or another vendor id (Linux ``/proc/cpuinfo``; ``unknown`` elsewhere)."""
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first ``field`` line of Linux's ``/proc/cpuinfo`` (None elsewhere or without it)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown"
+    return None
+
+
+def cpu_vendor() -> str:
+    """``GenuineIntel``, ``AuthenticAMD`` or another vendor id (Linux ``/proc/cpuinfo``; ``unknown`` elsewhere)."""
+    return _cpuinfo("vendor_id") or "unknown"
 
 
 MKL_MODE_BY_VENDOR = {"GenuineIntel": "AVX2,STRICT"}
@@ -105,25 +110,11 @@ _STATE: dict[str, Any] = {"pinned": False, "reason": "not applied"}
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def pin() -> dict[str, Any]:
