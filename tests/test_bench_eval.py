@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import threading
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -136,9 +135,12 @@ def test_swebench_without_docker_is_one_line(run_dir, tmp_path, monkeypatch, cap
 
 def test_vllm_backend_missing_is_a_user_error(monkeypatch):
     from sao_env.benchmarks.backends import make_backend
+    from sao_env.engine import process
 
-    monkeypatch.setitem(sys.modules, "vllm", None)  # importing it now raises ImportError
-    with pytest.raises(UserError, match="vllm backend needs vLLM"):
+    monkeypatch.setattr(process, "find_spec", lambda name: None)  # no vllm here, no .venv-vllm in the checkout
+    monkeypatch.setattr(process, "VENV", "no-such-venv")
+    monkeypatch.delenv("SAO_ENV_VLLM_PYTHON", raising=False)
+    with pytest.raises(UserError, match=r"^vLLM is not installed: make install-vllm"):
         make_backend("vllm", "some/model")
 
 
@@ -240,7 +242,7 @@ def test_completions_api_and_unordered_list_answers(tmp_path):
     # hmmt_feb_2024's problem 1 ... 3 answers; the canned replies write list answers in reverse order
     with _CannedServer(_canned("hmmt_feb_2024", reverse_lists=True)) as server:
         code = main(["eval", "served-model", "--suite", "hmmt_feb_2024,imo_answerbench", "--data", str(DATA),
-                     "--limit", "3", "--k", "2", "--backend", "openai", "--api", "completions", "--base-url",
+                     "--limit", "3", "--k", "2", "--backend", "openai", "--api", "completions", "--prompt-template", "none", "--base-url",
                      server.url, "--out", str(tmp_path), "--no-progress"])
     assert code == 0
     assert all(r["path"] == "/v1/completions" for r in server.requests)

@@ -8,7 +8,8 @@ sample ended by itself (end-of-sequence / stop) rather than at ``max_new_tokens`
   padding), on CUDA when available, else CPU; the prompt goes through the tokenizer's chat
   template when it has one; ``max_new_tokens`` is lowered (with a warning) so that the longest
   prompt plus the response fits the model's context.
-- ``vllm``: offline ``vllm.LLM`` (imported only when selected; a UserError if not installed).
+- ``vllm``: vLLM's OpenAI-compatible server, started from the vLLM environment (``make install-vllm``) on
+  127.0.0.1 for the evaluation and stopped after it; then as ``openai``.
 - ``openai``: any OpenAI-compatible server (``vllm serve``, ...) through ``/v1/chat/completions``
   or ``/v1/completions`` over pooled keep-alive connections (``_http``: ``Retry-After`` honoured,
   a configurable retry budget, a deadline per try, a byte cap on the reply); one request per sample
@@ -169,42 +170,6 @@ def fit_to_context(longest_prompt: int, max_new_tokens: int, context: int | None
 # ----------------------------------------------------------------------------- vLLM
 
 
-class VLLMBackend:
-    """Offline vLLM engine; ``n`` samples per prompt in one request (vLLM seeds each request)."""
-
-    name = "vllm"
-
-    def __init__(self, model: str | Path, *, tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                 max_model_len: int | None = None, seed: int = 0):
-        try:
-            import vllm
-        except ImportError as err:
-            raise UserError("the vllm backend needs vLLM installed (pip install vllm); or use --backend transformers") from err
-        self._vllm = vllm
-        kwargs = {"model": str(model), "tensor_parallel_size": tensor_parallel_size,
-                  "gpu_memory_utilization": gpu_memory_utilization, "seed": seed}
-        if max_model_len:
-            kwargs["max_model_len"] = max_model_len
-        self.llm = vllm.LLM(**kwargs)
-        tokenizer = self.llm.get_tokenizer()
-        self.use_chat_template = bool(getattr(tokenizer, "chat_template", None))
-
-    def generate(self, prompts, n, *, temperature, top_p, max_new_tokens, seed, progress=None) -> Generations:
-        params = self._vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, seed=seed)
-        if self.use_chat_template:
-            outputs = self.llm.chat([[{"role": "user", "content": p}] for p in prompts], params)
-        else:
-            outputs = self.llm.generate(prompts, params)
-        result = Generations(texts=[], tokens=[], finished=[])
-        for output in outputs:
-            result.texts.append([o.text for o in output.outputs])
-            result.tokens.append([len(o.token_ids) for o in output.outputs])
-            result.finished.append([o.finish_reason == "stop" for o in output.outputs])
-        if progress:
-            progress(len(prompts) * n)
-        return result
-
-
 # ----------------------------------------------------------------------------- OpenAI-compatible
 
 
@@ -224,6 +189,7 @@ class OpenAIBackend:
         deadline_s: float | None = None,
         retries: int | None = None,
         max_bytes: int | None = None,
+        prompt_template=None,
     ):
         from sao_env.benchmarks._http import env_number, max_reply_bytes
 
@@ -239,6 +205,15 @@ class OpenAIBackend:
             raise UserError("--request-deadline must be greater than 0")
         self.retries = retries
         self.max_bytes = max_reply_bytes(max_bytes)
+        self.prompt_template = prompt_template
+        """``--api completions``: a tokenizer whose chat template renders each prompt (an instruct model given the
+        raw prompt ends at once), or None to send the raw prompt (a base model)."""
+
+    def render(self, prompt: str) -> str:
+        if self.api == "chat" or self.prompt_template is None:
+            return prompt
+        return self.prompt_template.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                        add_generation_prompt=True)
 
     def _one(self, prompt: str, *, temperature, top_p, max_new_tokens, seed) -> tuple[str, int | None, bool | None]:
         """One sample: (text, completion tokens, ended by itself); ``RequestFailed`` when there is none."""
@@ -249,7 +224,8 @@ class OpenAIBackend:
         if self.api == "chat":
             payload["messages"] = [{"role": "user", "content": prompt}]
         else:
-            payload["prompt"] = prompt
+            payload["prompt"] = self.render(prompt)
+            payload["skip_special_tokens"] = True
         url = f"{self.base_url}/{'chat/completions' if self.api == 'chat' else 'completions'}"
         reply = post_json(url, payload, api_key=self.api_key, deadline_s=self.deadline_s, retries=self.retries,
                           max_bytes=self.max_bytes)
@@ -298,6 +274,73 @@ class OpenAIBackend:
         return out
 
 
+# ----------------------------------------------------------------------------- vLLM
+
+
+def chat_template_of(model: str | Path) -> str | None:
+    """The chat template of a local model folder (its tokenizer's), or None where it has none."""
+    from sao_env.policy.model import load_tokenizer
+
+    return getattr(load_tokenizer(str(model)), "chat_template", None) or None
+
+
+def completions_template(model: str, choice: str = "auto"):
+    """The tokenizer whose chat template ``--api completions`` renders prompts with, or None for raw prompts.
+
+    ``choice`` is ``none`` (raw prompts, for a base model), a local model folder (its template), or ``auto``: the
+    served model's own template where its name is a local folder, a packaged model or a cached hub id. ``auto``
+    with no template found is refused: an instruct model given the raw prompt answers nothing (measured: every
+    response empty for SmolLM2-135M-Instruct under vLLM's completions API)."""
+    from sao_env.policy.model import load_tokenizer
+
+    if choice == "none":
+        return None
+    source = model if choice == "auto" else choice
+    if choice == "auto":
+        from sao_env.policy import packaged
+
+        if packaged.is_packaged(model):
+            source = str(packaged.materialize(model))
+    try:
+        from sao_env.hub import reach_or_cache
+
+        with reach_or_cache():
+            tokenizer = load_tokenizer(source)
+    except (OSError, ValueError) as err:
+        if choice != "auto":
+            raise UserError(f"--prompt-template {choice}: no tokenizer there ({type(err).__name__})") from None
+        tokenizer = None
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer
+    if choice != "auto" and tokenizer is not None:
+        raise UserError(f"--prompt-template {choice}: its tokenizer has no chat template")
+    raise UserError(f"--api completions sends each prompt as raw text, and no chat template was found for {model!r} "
+                    "(an instruct model answers nothing without one): use --api chat, --prompt-template FOLDER, "
+                    "or --prompt-template none for a base model")
+
+
+class VLLMBackend(OpenAIBackend):
+    """vLLM's OpenAI-compatible server (``vllm serve``), run from the vLLM environment on 127.0.0.1 for this
+    evaluation and stopped after it (``engine/process.py``): the chat API where the model has a chat template,
+    else completions. Sampling is the server's: one request per sample, seeded with seed + sample index."""
+
+    name = "vllm"
+
+    def __init__(self, model: str | Path, *, seed: int = 0, max_model_len: int | None = None,
+                 tensor_parallel_size: int = 1, concurrency: int = 8, threads: int | None = None):
+        from sao_env.engine.process import openai_server, vllm_python
+
+        vllm_python()  # no vLLM environment: one line before the model is read
+        api = "chat" if chat_template_of(model) else "completions"
+        self.server = openai_server(model, served_name="model", seed=seed, max_model_len=max_model_len or 4096,
+                                    threads=threads or (os.cpu_count() or 1),
+                                    tensor_parallel_size=tensor_parallel_size)
+        super().__init__("model", base_url=f"{self.server.url}/v1", api=api, concurrency=concurrency)
+
+    def close(self) -> None:
+        self.server.close()
+
+
 BACKENDS = ("transformers", "vllm", "openai")
 
 
@@ -307,9 +350,9 @@ def make_backend(name: str, model: str | Path, **options) -> Backend:
         return TransformersBackend(model, **{k: v for k, v in options.items() if k in ("batch_size", "device", "dtype")})
     if name == "vllm":
         return VLLMBackend(model, **{k: v for k, v in options.items()
-                                     if k in ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "seed")})
+                                     if k in ("tensor_parallel_size", "max_model_len", "seed", "concurrency")})
     if name == "openai":
         return OpenAIBackend(str(model), **{k: v for k, v in options.items()
                                             if k in ("base_url", "api_key", "api", "concurrency", "deadline_s", "retries",
-                                                     "max_bytes")})
+                                                     "max_bytes", "prompt_template")})
     raise UserError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -311,7 +311,7 @@ def _read_lines(path: Path) -> list[dict]:
 
 def sample_record(task: Task, j: int, response: str | None, grade: GradeResult, n_tokens: int | None,
                   done: bool | None, grader: str) -> dict[str, Any]:
-    """One line of ``samples.jsonl``."""
+    """One line of ``samples.jsonl`` (with the end of the judge's reply where an LLM judge graded it)."""
     details = grade.details
     return {
         "id": task.id, "sample": j, "prompt": task.prompt, "response": response,
@@ -319,6 +319,7 @@ def sample_record(task: Task, j: int, response: str | None, grade: GradeResult, 
         "verdict": details.get("verdict"), "reward": grade.reward, "reason": details.get("reason"),
         "grader": details.get("grader", grader), "tokens": n_tokens, "finished": done,
         "category": task.metadata.get("category"),
+        **({"judge_reply": details["judge_reply"]} if "judge_reply" in details else {}),
     }
 
 
@@ -340,7 +341,8 @@ def _reusable_verdicts(path: Path, samples: Sequence[tuple[Task, int, str | None
         if (index is None or record.get("grader") != grader or record.get("verdict") not in KEPT_VERDICTS
                 or record.get("response") != samples[index][2]):
             continue
-        details = {key: record.get(key) for key in ("extracted", "gold", "verdict", "reason", "grader")}
+        details = {key: record[key] for key in ("extracted", "gold", "verdict", "reason", "grader", "judge_reply")
+                   if key in record}
         reused[index] = GradeResult(reward=float(record.get("reward") or 0.0), details=details)
     return reused
 

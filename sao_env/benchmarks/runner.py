@@ -106,14 +106,24 @@ def run_eval(
                 require_full_rows([instance_row(t) for t in run.tasks], source=run.source)
     if options.grader == "llm" and options.judge is None:
         raise UserError("--grader llm needs a judge model (--grader-model)")
-    engine = make_backend(backend, ref.load, **{"seed": options.seed, **(backend_options or {})})
+    backend_options = dict(backend_options or {})
+    if backend == "openai" and backend_options.get("api") == "completions":
+        from sao_env.benchmarks.backends import completions_template
+
+        backend_options["prompt_template"] = completions_template(ref.load, backend_options.get("prompt_template") or "auto")
+    else:
+        backend_options.pop("prompt_template", None)
+    engine = make_backend(backend, ref.load, **{"seed": options.seed, **backend_options})
     out_root = out or default_out_dir(ref)
     name = model_name or ref.name
     summaries = []
-    for run in runs:
-        folder = out_root / run.spec.name
-        summary = evaluate_suite(run, engine, model_name=name, out_dir=folder, options=options)
-        summaries.append({**summary, "_out": str(folder)})
+    try:
+        for run in runs:
+            folder = out_root / run.spec.name
+            summary = evaluate_suite(run, engine, model_name=name, out_dir=folder, options=options)
+            summaries.append({**summary, "_out": str(folder)})
+    finally:
+        getattr(engine, "close", lambda: None)()  # a server started for this evaluation
     return summaries
 
 

@@ -41,7 +41,7 @@ def _check_limits(http_retries, request_deadline=None, grader_deadline=None, max
 
 def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model, grader_base_url,
              grader_api_key, grading_timeout, leaderboard, progress, answer_fallback=None, http_retries=None,
-             grader_deadline=None, max_reply_bytes=None):
+             grader_deadline=None, max_reply_bytes=None, grader_serve=False, grader_max_tokens=None):
     from sao_env.benchmarks.evaluate import EvalOptions
 
     for flag, value in (("--k", k), ("--limit", limit), ("--max-new-tokens", max_new_tokens)):
@@ -55,14 +55,37 @@ def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_
 
         check_folder(leaderboard)
     judge = None
+    if grader_serve and grader != "llm":
+        raise UserError("--grader-serve serves a judge model: it needs --grader llm")
+    if grader == "llm" and grader_serve:
+        grader_model, grader_base_url = _serve_judge(grader_model)
     if grader == "llm":
         from sao_env.benchmarks.llm_grader import LLMJudge
 
+        if grader_max_tokens is not None and grader_max_tokens < 1:
+            raise UserError("--grader-max-tokens must be at least 1")
         judge = LLMJudge(grader_model, base_url=grader_base_url, api_key=grader_api_key, retries=http_retries,
-                         deadline_s=grader_deadline, max_bytes=max_reply_bytes)
+                         deadline_s=grader_deadline, max_bytes=max_reply_bytes,
+                         **({"max_tokens": grader_max_tokens} if grader_max_tokens else {}))
     return EvalOptions(k=k, limit=limit, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                        seed=seed, grader=grader, judge=judge, grading_timeout_s=grading_timeout,
                        leaderboard=leaderboard, show_progress=progress, answer_fallback=answer_fallback)
+
+
+def _serve_judge(name: str | None) -> tuple[str, str]:
+    """Start vLLM's OpenAI-compatible server on the judge model (a model folder, a packaged model or a cached hub
+    id) from the vLLM environment, on 127.0.0.1 until this command ends; the name and endpoint the judge uses."""
+    import os
+
+    from sao_env.benchmarks.runner import resolve_model
+    from sao_env.engine.process import openai_server
+
+    name = name or os.environ.get("SAO_ENV_GRADER_MODEL")
+    if not name:
+        raise UserError("--grader-serve needs the judge model to serve: pass --grader-model NAME")
+    ref = resolve_model(name)
+    server = openai_server(ref.load, served_name=ref.name, threads=os.cpu_count() or 1)
+    return ref.name, f"{server.url}/v1"
 
 
 def _print_summaries(summaries: list[dict]) -> None:
@@ -128,9 +151,12 @@ def register(app: typer.Typer) -> None:
         grader_model: Optional[str] = typer.Option(None, "--grader-model", help="Judge model for --grader llm (env SAO_ENV_GRADER_MODEL)."),
         grader_base_url: Optional[str] = typer.Option(None, "--grader-base-url", help="Judge endpoint, OpenAI-compatible (env OPENAI_BASE_URL)."),
         grader_api_key: Optional[str] = typer.Option(None, "--grader-api-key", help="Judge API key (env OPENAI_API_KEY)."),
+        grader_max_tokens: Optional[int] = typer.Option(None, "--grader-max-tokens", help="--grader llm: the longest judge reply asked for (max_tokens; default 4096). A small local judge may never stop: 10 tokens/s on this CPU makes 4096 seven minutes a sample."),
+        grader_serve: bool = typer.Option(False, "--grader-serve", help="--grader llm: serve --grader-model (a model folder or packaged model) with vLLM on 127.0.0.1 for this command (make install-vllm), instead of --grader-base-url."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Server for --backend openai (env OPENAI_BASE_URL; default http://127.0.0.1:8000/v1)."),
         api_key: Optional[str] = typer.Option(None, "--api-key", help="Key for --backend openai (env OPENAI_API_KEY)."),
         api: Api = typer.Option("chat", "--api", help="--backend openai: chat (/v1/chat/completions) or completions (/v1/completions)."),
+        prompt_template: str = typer.Option("auto", "--prompt-template", help="--api completions: whose chat template renders each prompt: auto (the model's own, found locally; refused where none is), a model folder, or none (raw prompts, for a base model)."),
         http_retries: Optional[int] = typer.Option(None, "--http-retries", help="Retries of a failed request to a server or judge (429, 5xx, connection errors; Retry-After honoured). Default 8, or $SAO_ENV_HTTP_RETRIES."),
         request_deadline: Optional[float] = typer.Option(None, "--request-deadline", help=DEADLINE_HELP),
         grader_deadline: Optional[float] = typer.Option(None, "--grader-deadline", help=GRADER_DEADLINE_HELP),
@@ -154,8 +180,10 @@ def register(app: typer.Typer) -> None:
         _check_limits(http_retries, request_deadline, grader_deadline, max_reply_bytes)
         options = _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model,
                            grader_base_url, grader_api_key, grading_timeout, leaderboard, progress,
-                           answer_fallback, http_retries, grader_deadline, max_reply_bytes)
+                           answer_fallback, http_retries, grader_deadline, max_reply_bytes, grader_serve,
+                           grader_max_tokens)
         backend_options = {"batch_size": batch_size, "base_url": base_url, "api_key": api_key, "api": api,
+                           "prompt_template": prompt_template,
                            "concurrency": concurrency, "tensor_parallel_size": tensor_parallel_size,
                            "retries": http_retries, "deadline_s": request_deadline, "max_bytes": max_reply_bytes}
         summaries = run_eval(model, parse_suite_list(suite), data=data, checkpoint=checkpoint, backend=backend,
@@ -174,6 +202,8 @@ def register(app: typer.Typer) -> None:
         grader_model: Optional[str] = typer.Option(None, "--grader-model", help="Judge model for --grader llm."),
         grader_base_url: Optional[str] = typer.Option(None, "--grader-base-url", help="Judge endpoint (env OPENAI_BASE_URL)."),
         grader_api_key: Optional[str] = typer.Option(None, "--grader-api-key", help="Judge API key (env OPENAI_API_KEY)."),
+        grader_max_tokens: Optional[int] = typer.Option(None, "--grader-max-tokens", help="--grader llm: the longest judge reply asked for (max_tokens; default 4096). A small local judge may never stop: 10 tokens/s on this CPU makes 4096 seven minutes a sample."),
+        grader_serve: bool = typer.Option(False, "--grader-serve", help="--grader llm: serve --grader-model (a model folder or packaged model) with vLLM on 127.0.0.1 for this command (make install-vllm), instead of --grader-base-url."),
         grading_timeout: float = typer.Option(5.0, "--grading-timeout", help="Seconds one math comparison may take."),
         model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in the summary (default: swebench's model_name_or_path, else the predictions file name)."),
         leaderboard: Optional[Path] = typer.Option(None, "--leaderboard", help="Also record the result in this leaderboard folder (benchmarks.csv, benchmarks.md, index.html)."),
@@ -191,7 +221,8 @@ def register(app: typer.Typer) -> None:
 
         options = _options(None, None, None, None, None, 0, grader, grader_model, grader_base_url,
                            grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries,
-                           grader_deadline, max_reply_bytes)
+                           grader_deadline, max_reply_bytes, grader_serve,
+                           grader_max_tokens)
         summary = run_grade(suite, predictions, out=out, data=data, model_name=model_name, options=options)
         summary["_out"] = str(out)
         _print_summaries([summary])

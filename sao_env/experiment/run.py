@@ -234,6 +234,10 @@ class Run:
         config, out = self.config, self.out
         wall_start = time.perf_counter()
         torch.set_num_threads(config.threads)
+        if config.agent.runtime.generator == "vllm":  # before the warm start: a missing engine is one line at once
+            from sao_env.engine.process import vllm_python
+
+            vllm_python()
         scenario = Scenario(config.env, seed=config.seed)
         provenance = {"config_hash": self.config_hash, "label": self.label, "overrides": list(self.overrides),
                       "code": self.code, "versions": package_versions(), "numerics": numerics_record(),

@@ -53,7 +53,7 @@ class RolloutWorker:
         self.version: int | None = None
         self.sampler = None
         if runtime_spec.generator == "vllm":
-            from sao_env.policy.vllm_generator import VLLMGenerator
+            from sao_env.engine.generator import VLLMGenerator
 
             self.sampler = VLLMGenerator.from_policy(policy, tokenizer)
 

@@ -86,7 +86,7 @@ def play(
     With ``row_keys`` (one per task) every episode samples from its own counter-based stream, so an
     episode is the same whichever episodes share its batch; ``generator`` shares one stream instead.
     ``sampler`` generates each turn (``generate.sample``'s signature; a vLLM engine's in
-    ``policy/vllm_generator.py``).
+    ``engine/generator.py``).
     """
     envs = [make_task_env(task, latency=spec.latency, max_turns=spec.max_turns, sandbox=spec.sandbox)
             for task in tasks]

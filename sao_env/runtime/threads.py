@@ -115,10 +115,10 @@ class LocalWorkers:
         self.versions = [runtime.agent.version] * n
         self.sampler = None
         if runtime.spec.generator == "vllm":
-            from sao_env.policy.vllm_generator import VLLMGenerator
+            from sao_env.engine.generator import VLLMGenerator
 
-            self.sampler = VLLMGenerator.from_policy(runtime.agent.policy, runtime.tokenizer)
-            self.sampler.version = runtime.agent.version
+            self.sampler = VLLMGenerator.from_policy(runtime.agent.policy, runtime.tokenizer,
+                                                     version=runtime.agent.version, seed=runtime.seed)
         self.sampler_lock = threading.RLock()
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -150,7 +150,8 @@ class LocalWorkers:
             return play(*args, sampler=self.sampler.sample, **kwargs)
 
     def close(self) -> None:
-        pass
+        if self.sampler is not None:
+            self.sampler.close()
 
 
 class RealtimeRuntime:
