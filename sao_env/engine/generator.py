@@ -78,14 +78,14 @@ class VLLMGenerator:
 
     @classmethod
     def from_policy(cls, policy, tokenizer, *, version: int = 0, threads: int = 1, dtype: str = "float32",
-                    seed: int = 0, log_dir: Path | None = None) -> "VLLMGenerator":
+                    seed: int = 0, compile: bool = False, log_dir: Path | None = None) -> "VLLMGenerator":
         """An engine started from the policy's current weights (saved once to a scratch folder)."""
         folder = scratch_folder("sao-vllm-")
         try:
             policy.save_pretrained(folder / "model")
             tokenizer.save_pretrained(folder / "model")
             server = engine_server(folder / "model", threads=threads, dtype=dtype, seed=seed, version=version,
-                                   log_dir=log_dir)
+                                   compile=compile, log_dir=log_dir)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise

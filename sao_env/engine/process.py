@@ -158,11 +158,11 @@ def _spawn(argv: list[str], *, name: str, env: dict[str, str], log_dir: Path | N
 
 
 def engine_server(model: str | Path, *, threads: int = 1, dtype: str = "float32", seed: int = 0, version: int = 0,
-                  log_dir: Path | None = None, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Server:
+                  compile: bool = False, log_dir: Path | None = None, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> Server:
     """Start ``engine/server.py`` on ``model`` (a Hugging Face folder) and wait until it serves."""
     port = free_port()
     argv = [vllm_python(), str(SERVER_SCRIPT), "--model", str(model), "--dtype", dtype, "--threads", str(threads),
-            "--seed", str(seed), "--version", str(version), "--port", str(port)]
+            "--seed", str(seed), "--version", str(version), "--port", str(port)] + (["--compile"] if compile else [])
     process, log = _spawn(argv, name="vLLM engine server", env={"PYTHONUNBUFFERED": "1"}, log_dir=log_dir)
     server = Server(process, port, log, "vLLM engine server")
     atexit.register(server.close)

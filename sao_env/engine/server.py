@@ -62,12 +62,15 @@ def refresh_lm_head(model) -> None:
 class Engine:
     """One ``vllm.LLM`` and the version of the weights it serves."""
 
-    def __init__(self, model: str, *, dtype: str, seed: int, max_model_len: int, enforce_eager: bool, version: int):
+    def __init__(self, model: str, *, dtype: str, seed: int, max_model_len: int, enforce_eager: bool, version: int,
+                 threads: int):
+        import torch
         import vllm
 
         self.vllm = vllm
         self.llm = vllm.LLM(model=model, dtype=dtype, seed=seed, max_model_len=max_model_len,
                             enforce_eager=enforce_eager, skip_tokenizer_init=True)
+        torch.set_num_threads(threads)  # vLLM's CPU worker leaves an unbound engine on one thread
         self.version = version
         self.lock = threading.Lock()
 
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     engine_environment(args.threads, args.kv_cache_gib)
     engine = Engine(args.model, dtype=args.dtype, seed=args.seed, max_model_len=args.max_model_len,
-                    enforce_eager=not args.compile, version=args.version)
+                    enforce_eager=not args.compile, version=args.version,
+                    threads=args.threads)
     stop = threading.Event()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_for(engine, stop))
     threading.Thread(target=server.serve_forever, daemon=True).start()

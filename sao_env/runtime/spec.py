@@ -38,7 +38,7 @@ class RuntimeSpec(BaseModel):
     rollout slots as one batch (default: one per CPU of this machine, at most ``rollout_slots // group_size``)."""
     generator: Literal["hf", "vllm"] = "hf"
     """Real-time backends: ``hf`` samples with the training model's own forward; ``vllm`` serves rollouts
-    from a vLLM engine (GPU; ``pip install '.[vllm]'``)."""
+    from a vLLM engine in its own environment (``make install-vllm``; ``sao_env/engine/``)."""
     address: str | None = None
     """``ray`` backend: the cluster to join (``ray.init(address=...)``, e.g. ``auto``); none starts a local one."""
     ray_num_cpus: int | None = Field(None, ge=1)
