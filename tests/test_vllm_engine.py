@@ -11,6 +11,7 @@ file (errors, the weights file, sampling parameters) runs everywhere.
 from __future__ import annotations
 
 import stat
+import sys
 
 import pytest
 import torch
@@ -86,6 +87,30 @@ def test_a_run_with_vllm_rollouts_and_no_engine_stops_in_one_line_before_any_upd
     assert not (tmp_path / "run" / "metrics.jsonl").exists() or not updates(tmp_path / "run")
 
 
+def test_the_engine_dtype_reaches_the_engine_and_needs_the_vllm_generator(shrunk_config, tmp_path, monkeypatch):
+    from sao_env.engine import generator
+    from sao_env.experiment import run_experiment
+    from sao_env.runtime.spec import RuntimeSpec
+
+    with pytest.raises(ValueError, match="engine_dtype=bfloat16 is the vLLM engine's: it needs generator=vllm"):
+        RuntimeSpec(backend="threads", engine_dtype="bfloat16")
+    assert "engine_dtype" not in RuntimeSpec().model_dump()  # configurations hashed before it keep their hashes
+    assert RuntimeSpec(generator="vllm", engine_dtype="bfloat16").model_dump()["engine_dtype"] == "bfloat16"
+    asked = {}
+
+    def engine_server(model, **options):
+        asked.update(options)
+        raise UserError("stopped here")
+
+    monkeypatch.setattr(process, "vllm_python", lambda: sys.executable)
+    monkeypatch.setattr(generator, "engine_server", engine_server)
+    config = shrunk_config("grpo", 0, ("agent.runtime.backend=threads", "agent.runtime.generator=vllm",
+                                       "agent.runtime.engine_dtype=bfloat16"))
+    with pytest.raises(UserError, match="stopped here"):
+        run_experiment(config, tmp_path / "run", show_progress=False, save_checkpoint=False)
+    assert (asked["dtype"], asked["version"], asked["seed"]) == ("bfloat16", 0, 0)
+
+
 def test_a_server_that_dies_while_starting_is_one_line_quoting_its_error(monkeypatch, tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'INFO starting'\necho 'RuntimeError: Unsupported CPU attention' >&2\nexit 3\n")
@@ -149,6 +174,7 @@ def _sample(engine, tokenizer, prompts, keys, max_new_tokens=24):
 QUESTIONS = ["What is 3+4?", "Name a colour.", "What is 9-4? Answer with a number.", "Say hello in French."]
 
 
+@pytest.mark.slow
 def test_the_engines_logprobs_are_the_learners_on_the_same_tokens(engine, smollm2):
     policy, tokenizer = smollm2
     prompts = [_prompt(tokenizer, q) for q in QUESTIONS]
@@ -162,6 +188,7 @@ def test_the_engines_logprobs_are_the_learners_on_the_same_tokens(engine, smollm
     assert min(min(s.logps) for s in samples) < -1.0  # sampled, not greedy: some unlikely tokens are drawn
 
 
+@pytest.mark.slow
 def test_a_rows_draw_depends_on_its_key_not_on_the_batch_it_shares(engine, smollm2):
     _, tokenizer = smollm2
     prompt = _prompt(tokenizer, QUESTIONS[0])
@@ -171,6 +198,7 @@ def test_a_rows_draw_depends_on_its_key_not_on_the_batch_it_shares(engine, smoll
     assert len({batch[0].token_ids, batch[1].token_ids, batch[2].token_ids}) == 3
 
 
+@pytest.mark.slow
 def test_pushed_weights_are_served_in_place_and_restoring_them_restores_the_draws(engine, smollm2):
     policy, tokenizer = smollm2
     prompt = _prompt(tokenizer, QUESTIONS[1])
@@ -205,6 +233,7 @@ def _learner_logps_from(state, policy, prompt, tokens):
         policy.load_state_dict(current)
 
 
+@pytest.mark.slow
 def test_a_sample_from_another_version_than_the_run_expects_is_refused(engine, smollm2):
     _, tokenizer = smollm2
     engine.version += 1
@@ -232,6 +261,7 @@ def digit_share(task, response: str):
     return graded.__class__(reward=sum(c.isdigit() for c in response) / max(len(response), 1), details=graded.details)
 
 
+@pytest.mark.slow
 def test_a_synchronous_threads_run_with_vllm_rollouts_is_on_policy(shrunk_config, tmp_path, monkeypatch):
     engine_or_skip()
     from sao_env.engine.generator import VLLMGenerator

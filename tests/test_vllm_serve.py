@@ -32,6 +32,7 @@ def folder():
     return packaged.materialize(PACKAGED)
 
 
+@pytest.mark.slow
 def test_eval_backend_vllm_serves_the_model_and_answers_as_transformers_greedily(folder):
     from sao_env.benchmarks.backends import VLLMBackend, make_backend
 
@@ -57,6 +58,7 @@ def packaged_template(folder):
     return completions_template(str(folder))
 
 
+@pytest.mark.slow
 def test_grade_with_a_judge_served_by_vllm_end_to_end(folder, tmp_path):
     from sao_env.benchmarks.llm_grader import read_verdict
     from sao_env.benchmarks.evaluate import prepare_suite

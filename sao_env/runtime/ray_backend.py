@@ -55,7 +55,7 @@ class RolloutWorker:
         if runtime_spec.generator == "vllm":
             from sao_env.engine.generator import VLLMGenerator
 
-            self.sampler = VLLMGenerator.from_policy(policy, tokenizer)
+            self.sampler = VLLMGenerator.from_policy(policy, tokenizer, dtype=runtime_spec.engine_dtype)
 
     def pid(self) -> int:
         return os.getpid()

@@ -118,7 +118,8 @@ class LocalWorkers:
             from sao_env.engine.generator import VLLMGenerator
 
             self.sampler = VLLMGenerator.from_policy(runtime.agent.policy, runtime.tokenizer,
-                                                     version=runtime.agent.version, seed=runtime.seed)
+                                                     version=runtime.agent.version, seed=runtime.seed,
+                                                     dtype=runtime.spec.engine_dtype)
         self.sampler_lock = threading.RLock()
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
