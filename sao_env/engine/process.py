@@ -64,12 +64,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _signal_name(status: int) -> str:
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return "exited by itself"
+
+
 def last_line(path: Path) -> str:
     try:
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    errors = [line for line in lines if "Error" in line or "error:" in line]
+    errors = [line for line in lines if ("Error" in line or "error:" in line) and "WARNING" not in line]
     return (errors or lines or [""])[-1][:300]
 
 
@@ -104,8 +113,13 @@ class Server:
                 reason = ""
             raise UserError(f"the {self.name} refused {path}: {reason or err}") from None
         except (urllib.error.URLError, ConnectionError) as err:
-            raise UserError(f"the {self.name} did not answer {path} ({err}); its log: {self.log}: "
-                            f"{last_line(self.log)}") from None
+            try:
+                status = self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                status = None
+            what = (f"exited with status {status} ({_signal_name(status)}) while answering {path}" if status is not None
+                    else f"did not answer {path} ({err})")
+            raise UserError(f"the {self.name} {what}; its log: {self.log}: {last_line(self.log)}") from None
 
     def wait_ready(self, ready: "callable", timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -145,6 +159,16 @@ it dies (``PR_SET_PDEATHSIG`` survives ``execv``), so a command killed with SIGK
 starts nothing if that process is already gone."""
 
 
+def engine_base_environment() -> dict[str, str]:
+    """This process's environment without the project's numerics pin (``numerics.PINNED_ENV``, numpy's CPU-feature
+    cap): vLLM picks its own kernels for the CPU it finds. Pinned to AVX2, its bfloat16 path died of SIGILL on an
+    AVX-512 Xeon. The engine's numbers are its own either way: the log-probabilities it returns are recorded as the
+    behaviour policy's, and the learner's ratios see any gap."""
+    from sao_env.numerics import NUMPY_VARIABLES, PINNED_ENV
+
+    return {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k not in NUMPY_VARIABLES}
+
+
 def _spawn(argv: list[str], *, name: str, env: dict[str, str], log_dir: Path | None) -> tuple[subprocess.Popen, Path]:
     if sys.platform.startswith("linux"):
         argv = [argv[0], "-c", ORPHAN_GUARD, str(os.getpid()), *argv]
@@ -153,7 +177,7 @@ def _spawn(argv: list[str], *, name: str, env: dict[str, str], log_dir: Path | N
     log = folder / f"{name.replace(' ', '-')}.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **env})
+                                   env={**engine_base_environment(), **env})
     return process, log
 
 
