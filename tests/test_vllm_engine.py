@@ -123,6 +123,56 @@ def test_a_server_that_dies_while_starting_is_one_line_quoting_its_error(monkeyp
     assert str(tmp_path / "logs" / "vLLM-engine-server.log") in message and "\n" not in message
 
 
+DYING_SERVER = """
+import os, signal, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        print("RuntimeError: the kernel this CPU lacks", flush=True)
+        os.kill(os.getpid(), signal.SIGILL)
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def test_a_server_that_dies_answering_is_one_line_naming_its_signal(tmp_path):
+    import subprocess
+
+    port = process.free_port()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        child = subprocess.Popen([sys.executable, "-c", DYING_SERVER, str(port)], stdout=out, stderr=subprocess.STDOUT)
+    server = process.Server(child, port, log, "vLLM engine server")
+    try:
+        server.wait_ready(lambda: _listening(port), timeout_s=30)
+        with pytest.raises(UserError) as err:
+            server.post("/generate", {"prompts": [[1]]})
+    finally:
+        server.close()
+    message = str(err.value)
+    assert message.startswith("the vLLM engine server exited with status -4 (killed by SIGILL) while answering /generate")
+    assert message.endswith("RuntimeError: the kernel this CPU lacks") and "\n" not in message
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_engine_does_not_inherit_the_learners_numerics_pin(monkeypatch):
+    from sao_env.numerics import PINNED_ENV
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("NPY_DISABLE_CPU_FEATURES", "X86_V4")
+    monkeypatch.setenv("SAO_ENV_SOMETHING", "kept")
+    env = process.engine_base_environment()
+    assert not set(env) & (set(PINNED_ENV) | {"NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES"})
+    assert env["SAO_ENV_SOMETHING"] == "kept" and env["PATH"]
+
+
 # -- the engine, on the packaged instruct model -----------------------------------------------------
 
 
