@@ -30,6 +30,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Callable
 
 from sao_env.errors import UserError
 
@@ -70,7 +71,7 @@ def _signal_name(status: int) -> str:
             return f"killed by {signal.Signals(-status).name}"
         except ValueError:
             return f"killed by signal {-status}"
-    return "exited by itself"
+    return "its own exit"
 
 
 def last_line(path: Path) -> str:
@@ -121,7 +122,7 @@ class Server:
                     else f"did not answer {path} ({err})")
             raise UserError(f"the {self.name} {what}; its log: {self.log}: {last_line(self.log)}") from None
 
-    def wait_ready(self, ready: "callable", timeout_s: float) -> None:
+    def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
