@@ -246,8 +246,10 @@ def test_cross_scenario_summary_from_per_seed_tables(tmp_path, runs, capsys):
     (ablations / "style-drift.md").write_text("table\n")
     (tuning / "README.md").write_text("verdicts\n")
     (board / "README.md").unlink()
+    (board / "index.html").unlink(missing_ok=True)
     assert main(["leaderboard", "--summary", str(board)]) == 0
     capsys.readouterr()
+    assert '<section id="summary">' in (board / "index.html").read_text()  # the site, written with the summary
     text = (board / "README.md").read_text()
     lines = text.splitlines()
     online = lines[lines.index("## Summary: online reward by scenario"):lines.index("## AUC")]

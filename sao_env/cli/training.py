@@ -480,7 +480,7 @@ def verify(
 def leaderboard(
     runs: Optional[list[Path]] = typer.Argument(None, help="Run directories, folders containing them, or leaderboard tables: per-seed <env>-runs.csv or aggregated <env>.csv."),
     out_dir: Path = typer.Option(DEFAULT_BOARDS, "--out", help="Where the tables, plots, index.html and README.md go (default: runs/leaderboards, outside the tracked tree; the committed boards only when asked: --out leaderboards)."),
-    summary: Optional[Path] = typer.Option(None, "--summary", help="Write DIR/README.md, the cross-scenario summary, from DIR's per-seed tables (<env>-runs.csv) and DIR/tuning/."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Write DIR/README.md, the cross-scenario summary, from DIR's per-seed tables (<env>-runs.csv) and DIR/tuning/, and DIR/index.html, the site, from every table and plot in DIR."),
 ) -> None:
     """Rebuild leaderboard tables, plots, the site (index.html) and the summary (README.md) from runs or committed tables."""
     from sao_env.leaderboard import rebuild
@@ -496,6 +496,9 @@ def leaderboard(
         if not summary.is_dir():
             raise UserError(f"--summary {summary}: no such folder")
         console.print(f"summary: {write_summary(summary)}")
+        from sao_env.leaderboard.site import write_site
+
+        console.print(f"site: {write_site(summary, generator='sao-env leaderboard')}")
 
 
 LIST_WIDTH = 110
