@@ -254,6 +254,50 @@ def test_completions_api_and_unordered_list_answers(tmp_path):
     assert imo["by_category"]["Algebra"]["problems"] == 3
 
 
+def test_completions_render_the_chat_template_or_refuse_in_one_line(tmp_path, capsys):
+    from sao_env.policy import packaged
+
+    def reply(prompt, seed):
+        return "\\boxed{1}"
+
+    base = ["eval", "served-model", "--suite", "beyond_aime", "--data", str(DATA), "--limit", "1", "--k", "1",
+            "--backend", "openai", "--api", "completions", "--no-progress"]
+    with _CannedServer(reply) as server:
+        assert main([*base, "--base-url", server.url, "--out", str(tmp_path / "a")]) == 2
+        assert not server.requests  # refused before any request
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--api completions sends each prompt as raw text, and no chat template was found for " \
+        "'served-model'" in err[0] and "--prompt-template none" in err[0]
+    try:
+        folder = packaged.materialize("smollm2-135m-instruct")
+    except UserError as why:
+        pytest.skip(str(why))
+    with _CannedServer(reply) as server:
+        assert main([*base, "--base-url", server.url, "--out", str(tmp_path / "b"), "--prompt-template", str(folder)]) == 0
+        assert main([*base, "--base-url", server.url, "--out", str(tmp_path / "c"), "--prompt-template", "none"]) == 0
+    problem = _tasks("beyond_aime")[0].prompt
+    assert len(server.requests) == 2
+    rendered, raw = server.requests[0]["prompt"], server.requests[1]["prompt"]
+    assert raw == problem
+    assert rendered.startswith("<|im_start|>system\n") and rendered.endswith(
+        f"<|im_start|>user\n{problem}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_grader_serve_needs_the_llm_grader_and_the_judge_gets_its_token_cap(tmp_path, capsys):
+    tasks = _tasks("imo_answerbench")[:1]
+    predictions = _write_predictions(tmp_path / "p.jsonl", [(tasks[0].id, "\\boxed{3}")])
+    base = ["grade", "--suite", "imo_answerbench", "--data", str(DATA), "--predictions", str(predictions),
+            "--out", str(tmp_path / "g"), "--no-progress"]
+    assert main([*base, "--grader-serve"]) == 2
+    assert "--grader-serve serves a judge model: it needs --grader llm" in capsys.readouterr().err
+    with _CannedServer(lambda prompt, seed: "Same. \\boxed{Correct}") as server:
+        assert main([*base, "--grader", "llm", "--grader-model", "judge", "--grader-base-url", server.url,
+                     "--grader-max-tokens", "7"]) == 0
+    assert [r["max_tokens"] for r in server.requests] == [7]
+    sample = _jsonl(tmp_path / "g" / "samples.jsonl")[0]
+    assert (sample["verdict"], sample["judge_reply"]) == ("correct", "Same. \\boxed{Correct}")
+
+
 # ----------------------------------------------------------------------------- sao-env grade
 
 
