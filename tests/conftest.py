@@ -305,3 +305,20 @@ def tiny():
     spec = ModelSpec(name="tiny-qwen2")
     tok = build_tokenizer(spec)
     return build_policy(spec, tok, seed=0), tok
+
+
+def fake_packaged_model(monkeypatch, tmp_path):
+    """A packaged model named ``fake-1m`` whose GGUF file is 4 bytes and whose cache is under ``tmp_path``: the
+    registry (``packaged.PACKAGED``) holds it alone. For the planted-bug tests of ``sao_env.policy.packaged``."""
+    import dataclasses
+    import types
+
+    from sao_env.policy import packaged
+
+    model = dataclasses.replace(packaged.PACKAGED["smollm2-135m-instruct"], name="fake-1m", module="no_such_module_x")
+    monkeypatch.setattr(packaged, "PACKAGED", {"fake-1m": model})
+    monkeypatch.setenv("SAO_ENV_MODEL_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "pkg" / "fake.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    return types.SimpleNamespace(model=model, gguf=gguf, folder=tmp_path / "cache" / "fake-1m", packaged=packaged)

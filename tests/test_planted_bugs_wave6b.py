@@ -4,7 +4,6 @@ beyond 127.0.0.1). Each asserts values worked out here, not read back from the c
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import hmac
 import importlib.util
@@ -16,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import fake_packaged_model
 
 from sao_env.sandbox import ExecResult
 from sao_env.tasks.forge import report
@@ -118,15 +118,7 @@ def test_q7_a_hook_added_after_collection_started_is_reported():
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    from sao_env.policy import packaged
-
-    model = dataclasses.replace(packaged.PACKAGED["smollm2-135m-instruct"], name="fake-1m", module="no_such_module_x")
-    monkeypatch.setattr(packaged, "PACKAGED", {"fake-1m": model})
-    monkeypatch.setenv("SAO_ENV_MODEL_CACHE", str(tmp_path / "cache"))
-    gguf = tmp_path / "pkg" / "fake.gguf"
-    gguf.parent.mkdir()
-    gguf.write_bytes(b"GGUF")
-    return types.SimpleNamespace(model=model, gguf=gguf, folder=tmp_path / "cache" / "fake-1m", packaged=packaged)
+    return fake_packaged_model(monkeypatch, tmp_path)
 
 
 def _installed(fake, monkeypatch):

@@ -5,7 +5,6 @@ network)."""
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import hashlib
 import hmac
@@ -18,6 +17,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import fake_packaged_model
 
 from sao_env.errors import UserError
 from sao_env.tasks.forge import grading, report
@@ -220,18 +220,13 @@ def test_t1_a_table_of_blank_lines_is_an_empty_table(tmp_path):
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
-    from sao_env.policy import packaged
-
-    model = dataclasses.replace(packaged.PACKAGED["smollm2-135m-instruct"], name="fake-1m", module="no_such_module_x")
-    monkeypatch.setattr(packaged, "PACKAGED", {"fake-1m": model})
-    monkeypatch.setenv("SAO_ENV_MODEL_CACHE", str(tmp_path / "cache"))
-    gguf = tmp_path / "pkg" / "fake.gguf"
-    gguf.parent.mkdir()
-    gguf.write_bytes(b"GGUF")
-    monkeypatch.setattr(packaged, "gguf_path", lambda m: gguf)
+    """The fake packaged model, with its (missing) package taken as installed and its file where the fake says."""
+    model = fake_packaged_model(monkeypatch, tmp_path)
+    packaged = model.packaged
+    monkeypatch.setattr(packaged, "gguf_path", lambda m: model.gguf)
     monkeypatch.setattr(packaged, "importlib",
                         types.SimpleNamespace(util=types.SimpleNamespace(find_spec=lambda name: object())))
-    return types.SimpleNamespace(packaged=packaged, folder=tmp_path / "cache" / "fake-1m", gguf=gguf)
+    return model
 
 
 def test_k2_a_half_written_folder_is_replaced_by_the_conversion(fake, monkeypatch):
