@@ -122,6 +122,14 @@ class Server:
                     else f"did not answer {path} ({err})")
             raise UserError(f"the {self.name} {what}; its log: {self.log}: {last_line(self.log)}") from None
 
+    def healthy(self) -> bool:
+        """Whether ``GET /health`` answers 200 (both servers have it)."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:
+                return reply.status == 200
+        except (OSError, ValueError):
+            return False
+
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -170,7 +178,10 @@ def engine_base_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k not in NUMPY_VARIABLES}
 
 
-def _spawn(argv: list[str], *, name: str, env: dict[str, str], log_dir: Path | None) -> tuple[subprocess.Popen, Path]:
+def _start(argv: list[str], *, port: int, name: str, env: dict[str, str], log_dir: Path | None,
+           timeout_s: float) -> Server:
+    """Run ``argv`` (the vLLM environment's Python first) with its output in ``<log_dir>/<name>.log``, stopped when
+    this process exits, and wait until it answers ``GET /health``."""
     if sys.platform.startswith("linux"):
         argv = [argv[0], "-c", ORPHAN_GUARD, str(os.getpid()), *argv]
     folder = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="sao-vllm-log-"))
@@ -178,8 +189,11 @@ def _spawn(argv: list[str], *, name: str, env: dict[str, str], log_dir: Path | N
     log = folder / f"{name.replace(' ', '-')}.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**engine_base_environment(), **env})
-    return process, log
+                                   env={**engine_base_environment(), "PYTHONUNBUFFERED": "1", **env})
+    server = Server(process, port, log, name)
+    atexit.register(server.close)
+    server.wait_ready(server.healthy, timeout_s)
+    return server
 
 
 def engine_server(model: str | Path, *, threads: int = 1, dtype: str = "float32", seed: int = 0, version: int = 0,
@@ -188,19 +202,7 @@ def engine_server(model: str | Path, *, threads: int = 1, dtype: str = "float32"
     port = free_port()
     argv = [vllm_python(), str(SERVER_SCRIPT), "--model", str(model), "--dtype", dtype, "--threads", str(threads),
             "--seed", str(seed), "--version", str(version), "--port", str(port)] + (["--compile"] if compile else [])
-    process, log = _spawn(argv, name="vLLM engine server", env={"PYTHONUNBUFFERED": "1"}, log_dir=log_dir)
-    server = Server(process, port, log, "vLLM engine server")
-    atexit.register(server.close)
-
-    def ready() -> bool:
-        try:
-            server.get("/health", timeout=2)
-            return True
-        except (OSError, ValueError):
-            return False
-
-    server.wait_ready(ready, timeout_s)
-    return server
+    return _start(argv, port=port, name="vLLM engine server", env={}, log_dir=log_dir, timeout_s=timeout_s)
 
 
 def openai_server(model: str | Path, *, served_name: str | None = None, threads: int = 1, dtype: str = "float32",
@@ -219,18 +221,5 @@ def openai_server(model: str | Path, *, served_name: str | None = None, threads:
     if served_name:
         argv += ["--served-model-name", served_name]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": str(threads),
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-           "PYTHONUNBUFFERED": "1"}
-    process, log = _spawn(argv, name="vLLM OpenAI server", env=env, log_dir=log_dir)
-    server = Server(process, port, log, "vLLM OpenAI server")
-    atexit.register(server.close)
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=2) as reply:
-                return reply.status == 200
-        except (OSError, ValueError):
-            return False
-
-    server.wait_ready(ready, timeout_s)
-    return server
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return _start(argv, port=port, name="vLLM OpenAI server", env=env, log_dir=log_dir, timeout_s=timeout_s)
