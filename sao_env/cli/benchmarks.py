@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -41,7 +42,9 @@ def _check_limits(http_retries, request_deadline=None, grader_deadline=None, max
 
 def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model, grader_base_url,
              grader_api_key, grading_timeout, leaderboard, progress, answer_fallback=None, http_retries=None,
-             grader_deadline=None, max_reply_bytes=None, grader_serve=False, grader_max_tokens=None):
+             grader_deadline=None, max_reply_bytes=None, grader_serve=False, grader_max_tokens=None, servers=None):
+    """The evaluation's options from the command's flags; a judge served here (``--grader-serve``) is appended to
+    ``servers``, which the command stops when it ends."""
     from sao_env.benchmarks.evaluate import EvalOptions
 
     for flag, value in (("--k", k), ("--limit", limit), ("--max-new-tokens", max_new_tokens)):
@@ -58,7 +61,8 @@ def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_
     if grader_serve and grader != "llm":
         raise UserError("--grader-serve serves a judge model: it needs --grader llm")
     if grader == "llm" and grader_serve:
-        grader_model, grader_base_url = _serve_judge(grader_model)
+        grader_model, grader_base_url, server = _serve_judge(grader_model)
+        servers.append(server)
     if grader == "llm":
         from sao_env.benchmarks.llm_grader import LLMJudge
 
@@ -72,20 +76,32 @@ def _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_
                        leaderboard=leaderboard, show_progress=progress, answer_fallback=answer_fallback)
 
 
-def _serve_judge(name: str | None) -> tuple[str, str]:
+def _serve_judge(name: str | None):
     """Start vLLM's OpenAI-compatible server on the judge model (a model folder, a packaged model or a cached hub
-    id) from the vLLM environment, on 127.0.0.1 until this command ends; the name and endpoint the judge uses."""
+    id) from the vLLM environment, on 127.0.0.1; the name and endpoint the judge uses, and the server."""
     import os
 
     from sao_env.benchmarks.runner import resolve_model
-    from sao_env.engine.process import openai_server
+    from sao_env.engine import process
 
     name = name or os.environ.get("SAO_ENV_GRADER_MODEL")
     if not name:
         raise UserError("--grader-serve needs the judge model to serve: pass --grader-model NAME")
     ref = resolve_model(name)
-    server = openai_server(ref.load, served_name=ref.name, threads=os.cpu_count() or 1)
-    return ref.name, f"{server.url}/v1"
+    server = process.openai_server(ref.load, served_name=ref.name, threads=os.cpu_count() or 1)
+    return ref.name, f"{server.url}/v1", server
+
+
+@contextlib.contextmanager
+def _served():
+    """The servers a command starts for itself (a judge): stopped when the command ends, also when it fails, not
+    only when the process exits (``main`` called from a notebook or a test)."""
+    servers: list = []
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.close()
 
 
 def _print_summaries(summaries: list[dict]) -> None:
@@ -178,16 +194,17 @@ def register(app: typer.Typer) -> None:
         from sao_env.benchmarks.suites import parse_suite_list
 
         _check_limits(http_retries, request_deadline, grader_deadline, max_reply_bytes)
-        options = _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model,
-                           grader_base_url, grader_api_key, grading_timeout, leaderboard, progress,
-                           answer_fallback, http_retries, grader_deadline, max_reply_bytes, grader_serve,
-                           grader_max_tokens)
         backend_options = {"batch_size": batch_size, "base_url": base_url, "api_key": api_key, "api": api,
                            "prompt_template": prompt_template,
                            "concurrency": concurrency, "tensor_parallel_size": tensor_parallel_size,
                            "retries": http_retries, "deadline_s": request_deadline, "max_bytes": max_reply_bytes}
-        summaries = run_eval(model, parse_suite_list(suite), data=data, checkpoint=checkpoint, backend=backend,
-                             backend_options=backend_options, options=options, out=out, model_name=model_name)
+        with _served() as servers:
+            options = _options(k, limit, max_new_tokens, temperature, top_p, seed, grader, grader_model,
+                               grader_base_url, grader_api_key, grading_timeout, leaderboard, progress,
+                               answer_fallback, http_retries, grader_deadline, max_reply_bytes, grader_serve,
+                               grader_max_tokens, servers)
+            summaries = run_eval(model, parse_suite_list(suite), data=data, checkpoint=checkpoint, backend=backend,
+                                 backend_options=backend_options, options=options, out=out, model_name=model_name)
         _print_summaries(summaries)
         _exit_if_failed(summaries)
 
@@ -219,11 +236,11 @@ def register(app: typer.Typer) -> None:
         reply) is recorded as failed with its reason; the command then says how many failed and exits with 1."""
         from sao_env.benchmarks.runner import run_grade
 
-        options = _options(None, None, None, None, None, 0, grader, grader_model, grader_base_url,
-                           grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries,
-                           grader_deadline, max_reply_bytes, grader_serve,
-                           grader_max_tokens)
-        summary = run_grade(suite, predictions, out=out, data=data, model_name=model_name, options=options)
+        with _served() as servers:
+            options = _options(None, None, None, None, None, 0, grader, grader_model, grader_base_url,
+                               grader_api_key, grading_timeout, leaderboard, progress, answer_fallback, http_retries,
+                               grader_deadline, max_reply_bytes, grader_serve, grader_max_tokens, servers)
+            summary = run_grade(suite, predictions, out=out, data=data, model_name=model_name, options=options)
         summary["_out"] = str(out)
         _print_summaries([summary])
         _exit_if_failed([summary])
