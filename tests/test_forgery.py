@@ -24,6 +24,10 @@ from sao_env.tasks import build_source
 from sao_env.tasks.forge import grading, report
 
 TIMEOUT_S = 2.0
+HANG_TIMEOUT_S = 1.0
+"""The hanging attack's limit under bubblewrap, all of which it waits: it hangs at import, and a whole run of the
+other attacks in a fork of the warm pytest takes 0.2-0.4 s (Docker's cold runs, interpreter and pytest
+started per run, keep ``TIMEOUT_S``)."""
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,8 @@ def _gold_files(ref):
 def _expect_zero(ref, name, executor):
     make, reason = ATTACKS[name]
     files = make(ref)
-    verdict = grading.grade_files(ref, files, timeout_s=TIMEOUT_S, executor=executor)
+    timeout_s = HANG_TIMEOUT_S if reason == "timeout" and executor is None else TIMEOUT_S
+    verdict = grading.grade_files(ref, files, timeout_s=timeout_s, executor=executor)
     assert (verdict.reward, verdict.details["reason"]) == (0.0, reason), (name, verdict.details)
     assert verdict.details["resolved"] is False and verdict.details["resolution"] == "RESOLVED_NO"
     assert "PASSED" not in {verdict.details["fail_to_pass"][t] for t in ref["FAIL_TO_PASS"]}

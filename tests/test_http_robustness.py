@@ -116,7 +116,8 @@ class _Server:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # polled every 0.05 s for the stop request: shutdown() waits for the next poll (0.5 s by default)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self):
         self.thread.start()
@@ -229,14 +230,15 @@ def test_a_judge_sending_a_byte_every_2_s_or_nothing_is_cut_off_at_the_deadline(
 def test_a_generation_trickled_past_the_deadline_fails_within_it(tmp_path):
     from sao_env.benchmarks._http import RequestFailed, post_json
 
-    with _Server(lambda body, number: ("trickle", 2.0)) as server:
+    with _Server(lambda body, number: ("trickle", 1.0)) as server:
         started = time.monotonic()
         with pytest.raises(RequestFailed) as caught:
-            post_json(f"{server.url}/chat/completions", {}, deadline_s=2.5, retries=0)
+            post_json(f"{server.url}/chat/completions", {}, deadline_s=1.2, retries=0)
         took = time.monotonic() - started
-    # bytes at 0 s and 2 s; the third would come at 4 s: the request ends at its 2.5-s deadline
-    assert caught.value.reason == "no complete reply within the 2.5-s deadline"
-    assert 2.4 <= took < 3.8
+    # bytes at 0 s and 1 s, each within the 1.2-s read timeout; the third would come at 2 s: the request ends at
+    # its 1.2-s deadline (a deadline looked at only when a byte comes would end it at 2 s)
+    assert caught.value.reason == "no complete reply within the 1.2-s deadline"
+    assert 1.15 <= took < 1.9
 
 
 def test_an_endless_reply_is_capped_with_one_line_per_capped_sample(tmp_path, capsys):

@@ -198,7 +198,9 @@ def test_infinite_loop_is_contained(task, tmp_path):
         "    while True:",
         "        pass",
     ])
-    env = RepoEnv(max_turns=6, test_timeout_s=3)
+    # run_tests and submit each wait the whole timeout (CPU limit 3 s: the wall clock ends it); in a fork of the
+    # warm pytest a whole run of these tests takes 0.2-0.3 s, so the escapes are tried well before it
+    env = RepoEnv(max_turns=6, test_timeout_s=1.5)
     env.reset(seed=0, options={"task": task})
     observation, *_ = env.step(f"edit {bug['path']} {bug['line']}\n{body}")
     assert observation.startswith("ok\n")
@@ -224,6 +226,10 @@ ATTACKS = {
     "host_secret": ["    import os", "    raise RuntimeError('leak:' + str(os.environ.get('SAO_ENV_TEST_API_KEY')))"],
     "network": ["    import socket", "    socket.create_connection(('1.1.1.1', 80), timeout=2)", "    return 'online'"],
 }
+BOMBS = {"fork_bomb", "memory_bomb"}
+"""Attacks that run until a limit or the timeout stops them, whichever comes first (both grade 0): they get a
+short timeout, since run_tests and submit each may wait all of it (the fork bomb always does). The others
+must finish within theirs, so that their observation can be checked."""
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
@@ -231,7 +237,7 @@ def test_adversarial_model_code_is_a_failed_episode_with_a_reason(task, attack, 
     """Model-written code that attacks the host is contained by the sandbox and grades 0 with a reason."""
     monkeypatch.setenv("SAO_ENV_TEST_API_KEY", SECRET)
     bug = task.reference["bug"]
-    env = RepoEnv(max_turns=6, test_timeout_s=5)
+    env = RepoEnv(max_turns=6, test_timeout_s=1.5 if attack in BOMBS else 5)
     env.reset(seed=0, options={"task": task})
     observation, *_ = env.step(f"edit {bug['path']} {bug['line']}\n" + "\n".join(ATTACKS[attack]))
     assert observation.startswith("ok\n")
