@@ -328,6 +328,7 @@ def test_a_synchronous_threads_run_with_vllm_rollouts_is_on_policy(shrunk_config
 
     monkeypatch.setattr(VLLMGenerator, "load_weights", spy)
     common = (*VLLM_MODEL, "agent.runtime.max_staleness=0", "agent.hparams.critic_warmup_updates=0",
+              "agent.hparams.episodes_per_update=4",  # 4-5 updates in the 54 s; with 8, a loaded machine made 2
               "agent.hparams.lr=1e-3")
     out, sim = tmp_path / "run", tmp_path / "sim"
     summary = run_experiment(shrunk_config("sao", 0, (*common, "agent.runtime.backend=threads",
