@@ -322,3 +322,12 @@ def fake_packaged_model(monkeypatch, tmp_path):
     gguf.parent.mkdir()
     gguf.write_bytes(b"GGUF")
     return types.SimpleNamespace(model=model, gguf=gguf, folder=tmp_path / "cache" / "fake-1m", packaged=packaged)
+
+
+def reply_json(handler, payload: bytes, status: int = 200) -> None:
+    """Answer a test HTTP server's request (a ``BaseHTTPRequestHandler``) with ``payload`` as JSON."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import reply_json
 
 from sao_env.cli import main
 from sao_env.errors import UserError
@@ -169,11 +170,7 @@ class _CannedServer:
                     self.send_error(404)
                     return
                 payload = json.dumps({"choices": [choice], "usage": {"completion_tokens": len(text.split())}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                reply_json(self, payload)
 
             def log_message(self, *args):
                 pass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, reply_json
 
 from sao_env.engine import process
 from sao_env.errors import UserError
@@ -81,11 +81,7 @@ class Renaming:
                                                  {"Content-Type": "application/json"})
                 with urllib.request.urlopen(request, timeout=600) as reply:
                     payload, status = reply.read(), reply.status
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                reply_json(self, payload, status)
 
             def log_message(self, *args):
                 pass
