@@ -106,13 +106,19 @@ demo: $(STAMP)
 ## with 2, for 13 % more CPU. Too variable, and too small, to adopt: the suite is bound by CPU (1.82-1.84 of 2
 ## cores busy over the run, `python bench/bench_suite.py`; docs/performance.md). The 15 slowest tests are listed
 ## at the end, so that a CI log says where the time went.
+## The project's own modules are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every process that
+## imports sao_env (some 60 in a suite run: CLI runs, Ray actors, pytest workers) would compile it again, about
+## 0.25 core-s each for the run path.
 WORKERS := auto
+OWN_PYC  = $(COMPILE) sao_env >/dev/null || true
 test: $(TESTS)
+	$(OWN_PYC)
 	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 ## make test-fast: the inner loop, everything but the tests marked slow (learning and scenario runs, real-time
 ## backends, worker pools, sweeps)
 test-fast: $(TESTS)
+	$(OWN_PYC)
 	.ci/with-docker $(BIN)/python $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 ## make bench: print the benchmark figures (speed, throughput)

@@ -97,7 +97,7 @@ def _episodes(policy, tokenizer, rewards, *, group_size):
 def test_one_sao_update_moves_the_actor_and_the_critic_but_not_its_attention(model):
     policy, tokenizer = model
     agent = SAOAgent(policy, tokenizer, SAOConfig(critic_warmup_updates=0, lr=1e-6, critic_lr=5e-6,
-                                                  episodes_per_update=2))
+                                                  episodes_per_update=2, fused_adam=True))  # as the board runs it
     critic = agent.critic.model
     attention = {n: p.detach().clone() for n, p in critic.named_parameters() if ".self_attn." in n}
     others = {n: p.detach().clone() for n, p in critic.named_parameters() if ".self_attn." not in n}
@@ -112,7 +112,7 @@ def test_one_sao_update_moves_the_actor_and_the_critic_but_not_its_attention(mod
 
 def test_one_grpo_update_moves_the_policy_only_where_a_group_disagrees(model):
     policy, tokenizer = model
-    agent = GRPOAgent(policy, tokenizer, GRPOConfig(group_size=2, groups_per_update=1, lr=1e-6))
+    agent = GRPOAgent(policy, tokenizer, GRPOConfig(group_size=2, groups_per_update=1, lr=1e-6, fused_adam=True))
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     metrics = agent.update(_episodes(policy, tokenizer, [1.0, 1.0], group_size=2))  # equal rewards: advantage 0
     assert metrics["actor/grad_norm"] == 0.0
