@@ -63,7 +63,14 @@ process after an untimed warm-up run of its own (imports and lazy initialisation
 alternate which side goes first. Episodes per second counts the episodes trained on (sao-env:
 ``episodes_consumed``; TRL: 8 per step). The figures are medians over the rounds.
 
-Run: ``python bench/bench_vs_trl.py [--rounds 3] [--steps 100] [--quick] [--profile sao|trl]``;
+``--model smollm2``: the same comparison on SmolLM2-135M-Instruct (packaged) and chat-style-drift, with the recipe
+as the real-model board runs GRPO (lr 1e-5, fused Adam on both sides: TRL's ``adamw_torch_fused``), from the
+scenario's warm start (40 supervised steps of the format). TRL gets conversational rows (the scenario's system
+message, then the task as the user's message) and renders them through the tokenizer's chat template itself;
+``check_chat_prompts`` stops the bench unless every row renders to the very tokens sao-env's policy is prompted
+with. Its completions reach ``EnvReward`` as messages; their text is graded. 16 steps a run by default.
+
+Run: ``python bench/bench_vs_trl.py [--model tiny|smollm2] [--rounds 3] [--steps N] [--quick] [--profile sao|trl]``;
 needs trl (``pip install -e '.[bench]'``). ``--profile SIDE`` runs one timed run of that side in
 this process under cProfile and prints where its time goes. The last line is
 ``sao-env/TRL episodes per second: X.XXx`` (sao-env with its evaluation included, wall clock);
@@ -98,7 +105,16 @@ from sao_env.policy.warmstart import load_warm_started
 from sao_env.scenario import Scenario
 from sao_env.types import Task
 
-ENV, RECIPE, SEED = "style-drift", "grpo", 0
+RECIPE, SEED = "grpo", 0
+MODELS = {
+    "tiny": ("style-drift", ()),
+    "smollm2": ("chat-style-drift", ("agent.model.name=smollm2-135m-instruct", "agent.hparams.lr=1.0e-5",
+                                     "agent.hparams.fused_adam=true")),
+}
+"""``--model``: the scenario and the recipe's overrides. ``tiny``: the character model on style-drift (warm-started
+Qwen2, 0.3M parameters); ``smollm2``: SmolLM2-135M-Instruct (packaged) on chat-style-drift, as the real-model board
+runs GRPO (leaderboards/real-model/grid.yaml: lr 1e-5, fused Adam), prompts through its chat template."""
+DEFAULT_STEPS = {"tiny": 100, "smollm2": 16}
 LATER_PHASES_H = 1e-4
 """Simulated hours each phase after the first is cut to (0.36 s: the run is in the first phase)."""
 PROBE_H = 0.01
@@ -108,13 +124,14 @@ WARMUP_STEPS = 2
 RESULT = "RESULT "
 
 
-def sao_config(first_phase_h: float, extra: tuple[str, ...] = ()) -> RunConfig:
-    """sao-env's GRPO on style-drift, seed 0, the first phase lasting ``first_phase_h`` simulated hours
-    (``extra``: further overrides, for tests)."""
-    phases = len(resolve_config(ENV, RECIPE, SEED).env.phases)
+def sao_config(first_phase_h: float, extra: tuple[str, ...] = (), model: str = "tiny") -> RunConfig:
+    """sao-env's GRPO on ``model``'s scenario (``MODELS``), seed 0, the first phase lasting ``first_phase_h``
+    simulated hours (``extra``: further overrides, for tests)."""
+    env, overrides = MODELS[model]
+    phases = len(resolve_config(env, RECIPE, SEED).env.phases)
     cut = [f"env.phases.0.duration_h={first_phase_h:.6g}"]
     cut += [f"env.phases.{i}.duration_h={LATER_PHASES_H}" for i in range(1, phases)]
-    return resolve_config(ENV, RECIPE, SEED, [*cut, *extra])
+    return resolve_config(env, RECIPE, SEED, [*overrides, *cut, *extra])
 
 
 def first_phase_tasks(scenario: Scenario, seed: int, n: int) -> list[Task]:
@@ -141,16 +158,21 @@ class EnvReward:
     def __init__(self, tasks: list[Task], scenario: Scenario):
         self.tasks, self.spec = tasks, scenario.spec
 
-    def __call__(self, prompts: list[str], completions: list[str], task_index: list[int], **_) -> list[float]:
+    def __call__(self, prompts: list, completions: list, task_index: list[int], **_) -> list[float]:
         rewards = []
         for prompt, completion, i in zip(prompts, completions, task_index):
             env = make_task_env(self.tasks[i], latency=self.spec.latency, max_turns=self.spec.max_turns)
             observation, _ = env.reset(seed=i, options={"task": self.tasks[i]})
-            assert observation == prompt, "the prompt TRL was given is not the task's"
-            _, reward, *_ = env.step(completion)
+            assert observation == _text(prompt), "the prompt TRL was given is not the task's"
+            _, reward, *_ = env.step(_text(completion))
             env.close()
             rewards.append(float(reward))
         return rewards
+
+
+def _text(message) -> str:
+    """A prompt or completion as TRL hands it to a reward function: text, or (conversational) its last message's."""
+    return message[-1]["content"] if isinstance(message, list) else message
 
 
 def trl_settings(config: RunConfig, steps: int, out: str) -> dict:
@@ -165,7 +187,8 @@ def trl_settings(config: RunConfig, steps: int, out: str) -> dict:
         "gradient_accumulation_steps": 1, "num_iterations": 1,
         "max_completion_length": config.env.max_new_tokens,
         "temperature": config.agent.runtime.temperature, "top_p": config.agent.runtime.top_p, "top_k": 0,
-        "learning_rate": hp.lr, "lr_scheduler_type": "constant", "warmup_steps": 0, "optim": "adamw_torch",
+        "learning_rate": hp.lr, "lr_scheduler_type": "constant", "warmup_steps": 0,
+        "optim": "adamw_torch_fused" if hp.fused_adam else "adamw_torch",
         "weight_decay": 0.0, "adam_beta1": hp.adam_betas[0], "adam_beta2": hp.adam_betas[1], "adam_epsilon": hp.adam_eps,
         "max_grad_norm": hp.grad_clip,
         "beta": 0.0, "epsilon": hp.eps_low, "epsilon_high": hp.eps_high, "loss_type": "dapo",
@@ -176,28 +199,48 @@ def trl_settings(config: RunConfig, steps: int, out: str) -> dict:
     }
 
 
-def trl_rows(tasks: list[Task]) -> list[dict]:
-    """TRL's dataset rows: the task's prompt as sao-env renders it and its index (for ``EnvReward``)."""
+def trl_rows(tasks: list[Task], chat=None) -> list[dict]:
+    """TRL's dataset rows: the task's prompt as sao-env renders it and its index (for ``EnvReward``); with the
+    scenario's ``chat`` spec, the prompt as TRL's conversational rows (the system message, then the prompt as the
+    user's), which TRL renders through the tokenizer's chat template (``check_chat_prompts``)."""
     rows = []
     for i, task in enumerate(tasks):
         prompt, _ = make_task_env(task).reset(seed=i, options={"task": task})
+        if chat is not None:
+            prompt = ([{"role": "system", "content": chat.system}] if chat.system is not None else []) + [
+                {"role": "user", "content": prompt}]
         rows.append({"prompt": prompt, "task_index": i})
     return rows
 
 
-def run_trl(steps: int, profile: cProfile.Profile | None = None) -> dict:
+def check_chat_prompts(tokenizer, chat, rows: list[dict]) -> None:
+    """Each conversational row, rendered as TRL renders it, is the token sequence sao-env's policy is prompted with
+    (``ChatFormat.prompt_ids``): otherwise the two sides would not learn the same task."""
+    from sao_env.policy.chat import conversation_format
+
+    layout = conversation_format(tokenizer, chat)
+    for row in rows:
+        trl = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        ids = tuple(tokenizer(trl, add_special_tokens=False)["input_ids"])
+        if ids != layout.prompt_ids(_text(row["prompt"])):
+            raise ValueError(f"TRL's rendering of row {row['task_index']} is not sao-env's prompt: {trl!r}")
+
+
+def run_trl(steps: int, profile: cProfile.Profile | None = None, model_name: str = "tiny") -> dict:
     """One timed ``GRPOTrainer.train()`` of ``steps`` steps (after an untimed warm-up run)."""
     import transformers
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     transformers.logging.set_verbosity_error()
-    config = sao_config(steps / 1000)
+    config = sao_config(steps / 1000, model=model_name)
     scenario = Scenario(config.env)
     model, tokenizer, _ = load_warm_started(config.agent.model, scenario, show_progress=False)
     per_step = build_agent_config(config.agent).groups_per_update
     tasks = first_phase_tasks(scenario, config.seed, per_step * steps)
-    rows = trl_rows(tasks)
+    rows = trl_rows(tasks, config.env.chat)
+    if config.env.chat is not None:
+        check_chat_prompts(tokenizer, config.env.chat, rows)
 
     def trainer(policy, n: int, out: str):
         return GRPOTrainer(model=policy, processing_class=tokenizer, reward_funcs=EnvReward(tasks, scenario),
@@ -247,11 +290,12 @@ def cpu_inside(module_name: str, *names: str):
             setattr(module, name, fn)
 
 
-def run_sao(steps: int, profile: cProfile.Profile | None = None) -> dict:
+def run_sao(steps: int, profile: cProfile.Profile | None = None, model_name: str = "tiny") -> dict:
     """One timed sao-env GRPO run of about ``steps`` updates (after an untimed probe run that sizes it)."""
     with tempfile.TemporaryDirectory() as tmp:
-        probe = run_experiment(sao_config(PROBE_H), Path(tmp) / "probe", show_progress=False, save_checkpoint=False)
-        config = sao_config(steps / probe["updates_per_hour"])
+        probe = run_experiment(sao_config(PROBE_H, model=model_name), Path(tmp) / "probe", show_progress=False,
+                               save_checkpoint=False)
+        config = sao_config(steps / probe["updates_per_hour"], model=model_name)
         with cpu_inside("sao_env.experiment.run", "build_agent", "evaluate_heldout") as inside:
             start, cpu_start = time.perf_counter(), time.process_time()
             if profile:
@@ -272,15 +316,15 @@ def run_sao(steps: int, profile: cProfile.Profile | None = None) -> dict:
 SIDES = {"sao": run_sao, "trl": run_trl}
 
 
-def child(side: str, steps: int) -> None:
+def child(side: str, steps: int, model: str) -> None:
     torch.set_num_threads(1)
-    print(RESULT + json.dumps(SIDES[side](steps)), flush=True)
+    print(RESULT + json.dumps(SIDES[side](steps, model_name=model)), flush=True)
 
 
-def measure(side: str, steps: int) -> dict:
+def measure(side: str, steps: int, model: str) -> dict:
     """One side's run in a fresh process of this interpreter, on one thread."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, __file__, "--child", side, "--steps", str(steps)], env=env,
+    done = subprocess.run([sys.executable, __file__, "--child", side, "--steps", str(steps), "--model", model], env=env,
                           capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode or not lines:
@@ -302,22 +346,22 @@ def rates(result: dict) -> dict:
 def describe(result: dict) -> str:
     r = rates(result)
     if result["side"] == "trl":
-        return (f"TRL      {r['trl']:6.1f} episodes/s  (CPU: {r['trl_cpu']:.1f}; {result['episodes']} episodes, "
+        return (f"TRL      {r['trl']:6.2f} episodes/s  (CPU: {r['trl_cpu']:.2f}; {result['episodes']} episodes, "
                 f"{result['steps']} steps, {result['wall_s']:.1f} s, CPU {result['cpu_s']:.1f} s; "
                 f"mean reward {result['reward_mean']:.3f})")
-    return (f"sao-env  {r['sao']:6.1f} episodes/s with evaluation, {r['sao_no_eval']:.1f} without  (CPU: "
-            f"{r['sao_cpu']:.1f} and {r['sao_no_eval_cpu']:.1f}; {result['episodes']} episodes, "
+    return (f"sao-env  {r['sao']:6.2f} episodes/s with evaluation, {r['sao_no_eval']:.2f} without  (CPU: "
+            f"{r['sao_cpu']:.2f} and {r['sao_no_eval_cpu']:.2f}; {result['episodes']} episodes, "
             f"{result['steps']} updates, "
             f"{result['wall_s']:.1f} s, CPU {result['cpu_s']:.1f} s: generation "
             f"{result['generate_s']:.1f} s in {result['generate_batches']} calls, learner {result['update_s']:.1f} s, "
             f"evaluation {result['eval_s']:.1f} s in {result['evals']}; online reward {result['reward_mean']:.3f})")
 
 
-def profile_side(side: str, steps: int, top: int = 15) -> None:
+def profile_side(side: str, steps: int, model: str, top: int = 15) -> None:
     """One timed run of ``side`` in this process under cProfile: its time split, then the top entries."""
     torch.set_num_threads(1)
     profile = cProfile.Profile()
-    result = SIDES[side](steps, profile)
+    result = SIDES[side](steps, profile, model_name=model)
     print(describe(result))
     if side == "sao":
         other = result["wall_s"] - result["generate_s"] - result["update_s"] - result["eval_s"]
@@ -336,15 +380,19 @@ def profile_side(side: str, steps: int, top: int = 15) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds (each: one run of each side).")
-    parser.add_argument("--steps", type=int, default=100, help="Learner steps per run (100: style-drift's first phase).")
+    parser.add_argument("--steps", type=int, help="Learner steps per run (default: 100 for tiny, style-drift's first "
+                        "phase; 16 for smollm2).")
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny",
+                        help="tiny: the character model on style-drift; smollm2: SmolLM2-135M-Instruct on chat-style-drift.")
     parser.add_argument("--quick", action="store_true", help="Smoke mode: one round of 10 steps.")
     parser.add_argument("--profile", choices=sorted(SIDES), help="Profile one run of this side instead.")
     parser.add_argument("--child", choices=sorted(SIDES), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.steps = args.steps if args.steps is not None else DEFAULT_STEPS[args.model]
     if args.quick:
-        args.rounds, args.steps = 1, 10
+        args.rounds, args.steps = 1, 10 if args.model == "tiny" else 3
     if args.child:
-        child(args.child, args.steps)
+        child(args.child, args.steps, args.model)
         return
     if args.rounds < 1 or args.steps < 1:
         sys.exit("bench_vs_trl: --rounds and --steps must be at least 1")
@@ -352,31 +400,32 @@ def main() -> None:
         sys.exit("bench_vs_trl: needs trl (pip install -e '.[bench]')")
     import trl
 
-    config = sao_config(args.steps / 1000)
+    config = sao_config(args.steps / 1000, model=args.model)
     print(f"warm start: {load_warm_started(config.agent.model, Scenario(config.env))[2]}", flush=True)
     if args.profile:
-        profile_side(args.profile, args.steps)
+        profile_side(args.profile, args.steps, args.model)
         return
     hp = build_agent_config(config.agent)
-    print(f"sao-env GRPO against TRL {trl.__version__} GRPOTrainer: {args.rounds} rounds x {args.steps} steps; "
+    print(f"sao-env GRPO against TRL {trl.__version__} GRPOTrainer on {config.agent.model.name} ({config.env.name}): "
+          f"{args.rounds} rounds x {args.steps} steps; "
           f"{hp.groups_per_update} prompts x {hp.group_size} completions of <= {config.env.max_new_tokens} "
           f"tokens per step, lr {hp.lr:g}, fp32, torch {torch.__version__}, one thread per run", flush=True)
     figures: dict[str, list[float]] = {key: [] for key in ("sao", "sao_no_eval", "trl", "sao_cpu", "sao_no_eval_cpu",
                                                             "trl_cpu")}
     for r in range(args.rounds):
         for side in ("sao", "trl") if r % 2 == 0 else ("trl", "sao"):
-            result = measure(side, args.steps)
+            result = measure(side, args.steps, args.model)
             for key, value in rates(result).items():
                 figures[key].append(value)
             print(f"round {r + 1}/{args.rounds}: {describe(result)}", flush=True)
     median = {key: statistics.median(values) for key, values in figures.items()}
-    spread = lambda key: f"(rounds: {', '.join(f'{v:.1f}' for v in figures[key])})"  # noqa: E731
+    spread = lambda key: f"(rounds: {', '.join(f'{v:.2f}' for v in figures[key])})"  # noqa: E731
     for clock, unit in (("_cpu", "episodes per CPU second"), ("", "episodes per second (wall clock)")):
         print(f"{unit}, medians over the rounds:")
-        print(f"  TRL {trl.__version__} GRPOTrainer:        {median['trl' + clock]:6.1f} {spread('trl' + clock)}")
-        print(f"  sao-env GRPO without evaluation: {median['sao_no_eval' + clock]:6.1f} {spread('sao_no_eval' + clock)}  "
+        print(f"  TRL {trl.__version__} GRPOTrainer:        {median['trl' + clock]:6.2f} {spread('trl' + clock)}")
+        print(f"  sao-env GRPO without evaluation: {median['sao_no_eval' + clock]:6.2f} {spread('sao_no_eval' + clock)}  "
               f"{median['sao_no_eval' + clock] / median['trl' + clock]:.2f}x")
-        print(f"  sao-env GRPO with evaluation:    {median['sao' + clock]:6.1f} {spread('sao' + clock)}  "
+        print(f"  sao-env GRPO with evaluation:    {median['sao' + clock]:6.2f} {spread('sao' + clock)}  "
               f"{median['sao' + clock] / median['trl' + clock]:.2f}x")
     print(f"sao-env/TRL episodes per CPU second: {median['sao_cpu'] / median['trl_cpu']:.2f}x")
     print(f"sao-env/TRL episodes per second: {median['sao'] / median['trl']:.2f}x")

@@ -71,3 +71,33 @@ def test_trl_settings_follow_the_recipe(bench, tmp_path):
     assert (moved["per_device_train_batch_size"], moved["num_generations"], moved["learning_rate"]) == (16, 8, 2e-4)
     with pytest.raises(ValueError, match="no longer what this bench maps"):
         bench.trl_settings(bench.resolve_config("style-drift", "grpo", 0, ["agent.hparams.loss=dis"]), 7, str(tmp_path))
+
+
+def test_trl_is_prompted_on_the_chat_scenario_as_sao_env_prompts_smollm2(bench, tmp_path):
+    """``--model smollm2``: TRL's conversational rows (the scenario's system message, then the task as the user's)
+    render through SmolLM2's template to the tokens sao-env's policy is prompted with; a row without the system
+    message is refused; conversational completions are graded by sao-env's environment; the settings are the
+    real-model board's (lr 1e-5, fused Adam)."""
+    from sao_env.errors import UserError
+    from sao_env.policy.model import build_tokenizer
+
+    config = bench.sao_config(0.01, model="smollm2")
+    try:
+        tokenizer = build_tokenizer(config.agent.model)
+    except UserError as err:
+        pytest.skip(str(err))
+    scenario = Scenario(config.env)
+    tasks = bench.first_phase_tasks(scenario, 0, 4)
+    rows = bench.trl_rows(tasks, config.env.chat)
+    assert tokenizer.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=False) == (
+        "<|im_start|>system\nAnswer in one listed style.<|im_end|>\n"
+        "<|im_start|>user\n5+8=? styles:boxed,sentence,terse,hash\n<|im_end|>\n<|im_start|>assistant\n")
+    bench.check_chat_prompts(tokenizer, config.env.chat, rows)
+    with pytest.raises(ValueError, match="not sao-env's prompt"):  # the template's own default system message
+        bench.check_chat_prompts(tokenizer, config.env.chat, [dict(r, prompt=r["prompt"][1:]) for r in rows])
+    reward = bench.EnvReward(tasks, scenario)
+    said = [[{"role": "assistant", "content": text}] for text in ("\\boxed{13}", "The answer is 13.", "\\boxed{12}")]
+    assert reward([rows[0]["prompt"]] * 3, said, [0] * 3) == [1.0, 0.0, 0.0]  # 5+8 = 13, boxed rewarded
+    settings = bench.trl_settings(config, 3, str(tmp_path))
+    assert (settings["optim"], settings["learning_rate"], settings["max_completion_length"]) == ("adamw_torch_fused", 1e-5, 24)
+    assert bench.trl_settings(bench.sao_config(0.01), 3, str(tmp_path))["optim"] == "adamw_torch"
