@@ -288,10 +288,17 @@ if TIMELINE:
             handle.write(json.dumps(record) + "\n")
 
 
+START_FIRST = ("test_vllm_serve.py",)
+"""Files that start before the other slow ones. pytest-xdist hands the first files out in turn, one to each worker:
+the first ones after these (test_backends, test_backends_ray) both wait for the session's shared warm start, which one
+worker trains (about 18 core-s) while the other sat idle on its lock. This file needs no warm start, and its vLLM
+server's start keeps that core busy meanwhile."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Slow tests first (a stable sort keeps each file's order): with ``--dist loadfile`` their files
-    start at once on the workers instead of forming the run's tail."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Slow tests first (a stable sort keeps each file's order; ``START_FIRST`` before the others): with ``--dist
+    loadfile`` their files start at once on the workers instead of forming the run's tail."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.path.name not in START_FIRST))
 
 
 @pytest.fixture
