@@ -1,5 +1,5 @@
 """Issue #50, wave 6, round 4: one test per planted bug the suite did not catch (B5 B9 B15 B16 B21 B22 B23 B24
-B26 B28). Each names its planted one-line change, fails with it and passes without it, and asserts values worked
+B26 B28 B29). Each names its planted one-line change, fails with it and passes without it, and asserts values worked
 out here, not read back from the code under test (no model loads, no network)."""
 
 from __future__ import annotations
@@ -200,3 +200,16 @@ def test_b28_a_failed_replacing_block_leaves_the_old_file_and_nothing_beside_it(
             raise RuntimeError("disk went away")
     assert table.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["board.csv"]
+
+
+def test_b29_a_run_folder_with_logs_kept_aside_holds_no_foreign_files(tmp_path):
+    """Planted: ``foreign_entries`` without ``not n.startswith("unresumed-")``: a run whose logs an earlier resume
+    kept aside (``unresumed-1/``) would be refused as a folder of other files."""
+    from sao_env.experiment.run import foreign_entries
+
+    for name in ("config.yaml", "metrics.jsonl", "episodes.jsonl"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "unresumed-1").mkdir()
+    assert foreign_entries(tmp_path) == []
+    (tmp_path / "notes.txt").write_text("mine")
+    assert foreign_entries(tmp_path) == ["notes.txt"]
