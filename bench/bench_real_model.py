@@ -8,6 +8,8 @@ child process loads the packaged model (``smollm2-135m-instruct``, ``make instal
 seconds and the process's peak resident memory. Generation is timed apart: tokens per second of
 sao-env's batched, KV-cached sampler and of transformers' ``generate`` at batch 1, 16 and 64.
 Threads: ``--threads`` (torch intra-op); ``--fused-adam`` times each update also with ``agent.hparams.fused_adam``.
+``--lora 8,32`` times instead one actor step (transformers' forward, backward, fused Adam) with full fine-tuning and
+with LoRA adapters of each rank on every attention and MLP layer (peft), and the process's peak memory.
 Run it on an idle machine:
 
     .venv/bin/python bench/bench_real_model.py --threads 2
@@ -89,6 +91,58 @@ def _update_child(queue, learner: str, precision: str, threads: int, updates: in
                "tokens_per_update": tokens, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""The layers LoRA adapts: every linear layer of attention and MLP (the embeddings, tied to the head, stay frozen)."""
+
+
+def _lora_child(queue, rank: int, threads: int, steps: int, new_tokens: int) -> None:
+    """One actor step on the 8 episodes, full fine-tuning (``rank`` 0) or LoRA of ``rank`` on ``LORA_TARGETS``
+    (peft, alpha = 2 x rank): transformers' forward to the action tokens' log-probabilities, the policy-gradient
+    loss, backward and a fused Adam step over the trained parameters. The same pass for both, so the difference
+    is LoRA's: a backward without the base weights' gradients and an Adam step over the adapters only."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
+
+    spec = ModelSpec(name="smollm2-135m-instruct")
+    tokenizer = build_tokenizer(spec)
+    policy = build_policy(spec, tokenizer)
+    episodes = _episodes(policy, tokenizer, group_size=4, new_tokens=new_tokens, seed=0)
+    if rank:
+        from peft import LoraConfig, get_peft_model
+
+        policy = get_peft_model(policy, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                                   target_modules=LORA_TARGETS))
+    policy.eval()
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trained, lr=1e-6, fused=True)
+    width = max(len(e.tokens_T) for e in episodes)
+    tokens = torch.full((len(episodes), width), tokenizer.pad_token_id)
+    mask = torch.zeros(len(episodes), width, dtype=torch.bool)
+    attention = torch.zeros(len(episodes), width, dtype=torch.long)
+    for i, e in enumerate(episodes):
+        tokens[i, : len(e.tokens_T)] = torch.tensor(e.tokens_T)
+        mask[i, : len(e.tokens_T)] = torch.tensor(e.action_mask_T)
+        attention[i, : len(e.tokens_T)] = 1
+    advantage = torch.tensor([e.reward - 0.5 for e in episodes])[:, None]
+    times = []
+    for k in range(steps + 1):
+        start = time.perf_counter()
+        logits = policy(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        loss = -(logp * advantage * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if k:
+            times.append(time.perf_counter() - start)
+    queue.put({"lora_rank": rank, "threads": threads, "trained_parameters": sum(p.numel() for p in trained),
+               "step_s": statistics.median(times), "tokens_per_step": int(sum(len(e.tokens_T) for e in episodes)),
+               "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
+    queue.put(None)
+
+
 def _generation_child(queue, precision: str, threads: int, new_tokens: int) -> None:
     import torch
 
@@ -144,7 +198,13 @@ def main() -> None:
     parser.add_argument("--precisions", default="float32,bf16_autocast")
     parser.add_argument("--fused-adam", action="store_true", help="also time the updates with agent.hparams.fused_adam")
     parser.add_argument("--no-generation", action="store_true", help="time the updates only")
+    parser.add_argument("--lora", metavar="RANKS", help="instead, time one actor step with full fine-tuning and with LoRA "
+                        "of each rank (comma-separated, e.g. 8,32; needs peft: pip install -e '.[bench]')")
     args = parser.parse_args()
+    if args.lora:
+        for rank in [0, *(int(r) for r in args.lora.split(","))]:
+            print(json.dumps(_run(_lora_child, rank, args.threads, args.updates, args.new_tokens)[0]), flush=True)
+        return
     for precision in args.precisions.split(","):
         for learner in ("grpo", "sao"):
             for fused in ((False, True) if args.fused_adam else (False,)):
