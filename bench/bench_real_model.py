@@ -103,6 +103,7 @@ def _lora_child(queue, rank: int, threads: int, steps: int, new_tokens: int) -> 
     import torch
 
     torch.set_num_threads(threads)
+    from sao_env.agents.base import collate
     from sao_env.policy.model import ModelSpec, build_policy, build_tokenizer
 
     spec = ModelSpec(name="smollm2-135m-instruct")
@@ -117,15 +118,9 @@ def _lora_child(queue, rank: int, threads: int, steps: int, new_tokens: int) -> 
     policy.eval()
     trained = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(trained, lr=1e-6, fused=True)
-    width = max(len(e.tokens_T) for e in episodes)
-    tokens = torch.full((len(episodes), width), tokenizer.pad_token_id)
-    mask = torch.zeros(len(episodes), width, dtype=torch.bool)
-    attention = torch.zeros(len(episodes), width, dtype=torch.long)
-    for i, e in enumerate(episodes):
-        tokens[i, : len(e.tokens_T)] = torch.tensor(e.tokens_T)
-        mask[i, : len(e.tokens_T)] = torch.tensor(e.action_mask_T)
-        attention[i, : len(e.tokens_T)] = 1
-    advantage = torch.tensor([e.reward - 0.5 for e in episodes])[:, None]
+    batch = collate(episodes, tokenizer.pad_token_id)
+    tokens, attention, mask = batch.tokens_BT, batch.attention_BT, batch.mask_BT
+    advantage = (batch.rewards_B - 0.5)[:, None]
     times = []
     for k in range(steps + 1):
         start = time.perf_counter()

@@ -4,9 +4,6 @@ out here, not read back from the code under test (no model loads, no network).""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import importlib.util
 import json
 import os
 from collections import OrderedDict
@@ -14,26 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_planted_bugs_wave6c import KEY, _finish, _reporter_module, _stream
 
 from sao_env.errors import UserError
 from sao_env.tasks.forge import report
 from sao_env.types import Task
 
 REPO = Path(__file__).resolve().parents[1]
-KEY = b"0123456789abcdef0123456789abcdef"
-
-
-def _signed(record: dict, seq: int, run: str = "r4") -> str:
-    body = json.dumps(dict(record, seq=seq, run=run), sort_keys=True, separators=(",", ":"))
-    return f"{report.MARK} {body} {hmac.new(KEY, body.encode(), hashlib.sha256).hexdigest()}"
-
-
-def _stream(*records: dict) -> str:
-    return "".join(_signed(r, i) + "\n" for i, r in enumerate([{"kind": "start", "pid": 1}, *records]))
-
-
-def _finish(exitstatus: int = 0) -> dict:
-    return {"kind": "finish", "exitstatus": exitstatus, "failed": 0, "testsfailed": 0, "collected": 1, "changes": []}
 
 
 def test_b5_a_failed_conversion_leaves_no_half_written_folder(monkeypatch, tmp_path):
@@ -131,7 +115,7 @@ def test_b22_a_run_that_timed_out_is_never_resolved(monkeypatch):
     f2p, p2p = list(reference["FAIL_TO_PASS"]), list(reference["PASS_TO_PASS"])
     passed = [{"kind": "report", "nodeid": test, "when": when, "outcome": "passed", "xfail": False}
               for test in f2p + p2p for when in ("setup", "call", "teardown")]
-    stream = _stream(*passed, _finish(0))
+    stream = _stream(*passed, _finish(0, 0))
     monkeypatch.setattr(grading.report, "prepare", lambda tree: (tree, KEY))
     for timed_out, expected in ((False, (1.0, "resolved")), (True, (0.0, "timeout"))):
         result = ExecResult(returncode=0, stdout="", stderr=stream, timed_out=timed_out,
@@ -155,10 +139,7 @@ def test_b24_a_record_after_output_without_a_newline_starts_its_own_line(tmp_pat
     """Planted: the reporter's record without its leading newline: a test that printed to stderr without ending
     its line (``sys.stderr.write("50%")``) would glue the next record to that text, and an honest run would be
     judged forged."""
-    path = Path(report.__file__).with_name("pytest_reporter.py")
-    spec = importlib.util.spec_from_file_location("reporter_wave6d", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _reporter_module()
     read, write = os.pipe()
     try:
         os.write(write, b"progress 50%")  # the tested code's output, its line not ended
