@@ -1,0 +1,241 @@
+"""How many one-token changes to recently added code do the tests catch? A seeded, mechanical planted-bug round.
+
+    python bench/mutants.py --since 1cf44aa --count 30 --seed 5 --out /tmp/mutants [--jobs 1] [--plan-only]
+
+The lines: every line of ``sao_env`` that ``git diff -U0 SINCE HEAD`` adds and that holds a token one of the
+operators below can change (so no comment, docstring, import, decorator or ``def``/``class`` header). The
+sample: ``--count`` lines drawn with ``--seed``, one change drawn per line. The changes, the kinds a reviewer's
+slip makes (Offutt et al., "An experimental determination of sufficient mutant operators", TOSEM 1996, the
+relational, logical and constant replacements): a comparison flipped or moved by one (``==``/``!=``,
+``<``/``<=``, ``>``/``>=``), ``and``/``or``, a ``not`` dropped, ``is``/``is not``, ``in``/``not in``,
+``True``/``False``, ``+``/``-``, ``+=``/``-=``, an integer literal plus one, ``min``/``max``,
+``break``/``continue``. A change must compile and change the module's syntax tree.
+
+The tests: the test files that import the changed module (its dotted name, or ``from PACKAGE import NAME``),
+slow ones included, stopped at the first failure, in a git worktree of HEAD holding the one change (the
+checkout is never touched). A mutant is caught when pytest fails or runs past ``--timeout``; it survives when
+they pass. A survivor is a line that no targeted test pins, or a change that does not alter behaviour (an
+equivalent mutant): each needs a look. A module that no test file imports is run against ``-m "not slow"``.
+
+Writes OUT/mutants.jsonl (one row per mutant: file, line, old and new line, operator, test files, outcome,
+seconds) and skips the rows already there, so an interrupted round resumes; prints progress and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+import tokenize
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SWAPS = {"==": "!=", "!=": "==", "<": "<=", "<=": "<", ">": ">=", ">=": ">", "+": "-", "-": "+", "+=": "-=",
+         "-=": "+=", "and": "or", "or": "and", "True": "False", "False": "True", "min": "max", "max": "min",
+         "break": "continue", "continue": "break"}
+SKIP_STARTS = ("import ", "from ", "@", "def ", "async def ", "class ", "#")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    line: int
+    col: int
+    operator: str
+    old: str
+    new: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}:{self.operator}"
+
+
+def added_lines(since: str) -> dict[str, set[int]]:
+    """{path: line numbers at HEAD} of the lines under sao_env that the diff SINCE..HEAD adds."""
+    diff = subprocess.run(["git", "diff", "-U0", f"{since}..HEAD", "--", "sao_env"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    found: dict[str, set[int]] = {}
+    path = None
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[6:] if line.startswith("+++ b/") and line.endswith(".py") else None
+        elif path and line.startswith("@@"):
+            start, _, count = re.match(r"@@ -\S+ \+(\d+)(,(\d+))? @@", line).groups()
+            found.setdefault(path, set()).update(range(int(start), int(start) + (int(count) if count else 1)))
+    return found
+
+
+def candidates(path: str, source: str, lines: set[int]) -> list[Mutant]:
+    """Every change the operators make to a token that starts on one of ``lines``."""
+    text = source.splitlines()
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    out = []
+    for i, tok in enumerate(tokens):
+        row, col = tok.start
+        if row not in lines or tok.end[0] != row or text[row - 1].lstrip().startswith(SKIP_STARTS):
+            continue
+        before = [t.string for t in tokens[:i] if t.start[0] == row]
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        if tok.type == tokenize.NUMBER and re.fullmatch(r"\d+", tok.string):
+            out.append(Mutant(path, row, col, "int+1", tok.string, str(int(tok.string) + 1)))
+        elif tok.type in (tokenize.OP, tokenize.NAME) and tok.string in SWAPS:
+            if tok.string in ("+", "-") and (not before or before[-1] in "([{,=:" or before[-1] in ("return", "lambda")):
+                continue  # unary: ``-1`` is a number, not an operation
+            out.append(Mutant(path, row, col, tok.string, tok.string, SWAPS[tok.string]))
+        elif tok.string == "not" and tok.type == tokenize.NAME and not (before and before[-1] in ("is",)):
+            if before and before[-1] != "in" and after is not None and after.string == "in":
+                out.append(Mutant(path, row, col, "not in", "not in", "in"))
+            else:
+                spaced = text[row - 1][col:col + 4] == "not "
+                out.append(Mutant(path, row, col, "not", "not " if spaced else "not", ""))
+        elif tok.string == "is" and tok.type == tokenize.NAME:
+            negated = after is not None and after.string == "not"
+            out.append(Mutant(path, row, col, "is not" if negated else "is", "is not" if negated else "is",
+                              "is" if negated else "is not"))
+        elif tok.string == "in" and tok.type == tokenize.NAME and "for" not in before and (not before or before[-1] != "not"):
+            out.append(Mutant(path, row, col, "in", "in", "not in"))
+    return out
+
+
+def apply(source: str, mutant: Mutant) -> str:
+    lines = source.splitlines(keepends=True)
+    text = lines[mutant.line - 1]
+    assert text[mutant.col:].startswith(mutant.old), (mutant, text)
+    lines[mutant.line - 1] = text[:mutant.col] + mutant.new + text[mutant.col + len(mutant.old):]
+    return "".join(lines)
+
+
+def changes_the_tree(source: str, mutated: str) -> bool:
+    try:
+        return ast.dump(ast.parse(source)) != ast.dump(ast.parse(mutated))
+    except SyntaxError:
+        return False
+
+
+def sample(since: str, count: int, seed: int) -> list[Mutant]:
+    """``count`` lines drawn with ``seed`` among those with a change, one change drawn per line."""
+    by_line: dict[tuple[str, int], list[Mutant]] = {}
+    for path, lines in sorted(added_lines(since).items()):
+        source = (ROOT / path).read_text()
+        for mutant in candidates(path, source, lines):
+            if changes_the_tree(source, apply(source, mutant)):
+                by_line.setdefault((mutant.file, mutant.line), []).append(mutant)
+    rng = random.Random(seed)
+    chosen = rng.sample(sorted(by_line), min(count, len(by_line)))
+    print(f"{len(by_line)} added lines with a change in {len({f for f, _ in by_line})} modules; {len(chosen)} drawn "
+          f"(seed {seed})", flush=True)
+    return [rng.choice(by_line[key]) for key in chosen]
+
+
+def test_files(path: str) -> list[str]:
+    """The test files that import the module at ``path``."""
+    dotted = path[:-3].replace("/", ".").removesuffix(".__init__")
+    package, _, name = dotted.rpartition(".")
+    direct = re.compile(rf"\b{re.escape(dotted)}\b(?!\.\w)")
+    named = re.compile(rf"from {re.escape(package)} import [^\n]*\b{re.escape(name)}\b|"
+                       rf"from {re.escape(package)} import \([^)]*\b{re.escape(name)}\b")
+    files = sorted(ROOT.glob("tests/test_*.py"))
+    found = [p for p in files if direct.search(p.read_text()) or named.search(p.read_text())]
+    if not found:  # a module no test imports (a plugin loaded into a sandbox, say): the files that name it
+        found = [p for p in files if re.search(rf"\b{re.escape(name)}\b", p.read_text())]
+    return [f"tests/{p.name}" for p in found]
+
+
+WIDER = ["tests", "-m", "not slow", "-n", "2", "--dist", "loadfile"]
+"""``--wider``: a survivor of its targeted files runs again against every fast test (``make test-fast``)."""
+
+
+def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(worktree), "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args],
+                              cwd=worktree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "caught (timeout)", ""
+    tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
+    return ("survived" if done.returncode == 0 else "caught" if done.returncode == 1 else f"error {done.returncode}"), tail
+
+
+def run_one(mutant: Mutant, worktree: Path, timeout: int, wider: bool) -> dict:
+    target = worktree / mutant.file
+    original = target.read_text()
+    target.write_text(apply(original, mutant))
+    tests = test_files(mutant.file)
+    started = time.monotonic()
+    try:
+        outcome, tail = _pytest(tests or WIDER, worktree, timeout)
+        if outcome == "survived" and wider and tests:
+            outcome, tail = _pytest(WIDER, worktree, timeout)
+            outcome = "caught (wider)" if outcome == "caught" else outcome
+    finally:
+        target.write_text(original)
+    return {**asdict(mutant), "key": mutant.key, "old_line": original.splitlines()[mutant.line - 1].strip(),
+            "tests": tests or WIDER, "outcome": outcome, "pytest": tail, "seconds": round(time.monotonic() - started, 1)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--since", required=True, help="the commit the round's code is new since")
+    parser.add_argument("--count", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant before it counts as caught")
+    parser.add_argument("--wider", action="store_true", help="run a survivor again against every fast test")
+    parser.add_argument("--plan-only", action="store_true", help="write the drawn mutants (plan.jsonl) and stop")
+    args = parser.parse_args(argv)
+    if subprocess.run(["git", "rev-parse", "--verify", "-q", args.since], cwd=ROOT, capture_output=True).returncode:
+        print(f"mutants: --since {args.since}: not a commit of this repository", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    mutants = sample(args.since, args.count, args.seed)
+    with (args.out / "plan.jsonl").open("w") as f:
+        for m in mutants:
+            f.write(json.dumps({**asdict(m), "key": m.key, "tests": test_files(m.file)}) + "\n")
+    if args.plan_only:
+        print(f"plan: {args.out / 'plan.jsonl'}")
+        return 0
+    ledger = args.out / "mutants.jsonl"
+    done = {json.loads(line)["key"]: json.loads(line) for line in ledger.read_text().splitlines()} if ledger.exists() else {}
+    worktree = args.out / "worktree"
+    if not worktree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), "HEAD"], cwd=ROOT, check=True,
+                       capture_output=True)
+    vllm = ROOT / ".venv-vllm" / "bin" / "python"
+    if vllm.exists():
+        os.environ.setdefault("SAO_ENV_VLLM_PYTHON", str(vllm))
+    try:
+        for i, mutant in enumerate(mutants, 1):
+            if mutant.key in done:
+                continue
+            row = run_one(mutant, worktree, args.timeout, args.wider)
+            done[mutant.key] = row
+            with ledger.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"[{i}/{len(mutants)}] {row['outcome']:>9} {row['seconds']:6.1f} s  {mutant.file}:{mutant.line} "
+                  f"{mutant.old!r} -> {mutant.new!r}  ({len(row['tests'])} test files)", flush=True)
+    except KeyboardInterrupt:
+        print(f"mutants: stopped; run the same command again to resume ({len(done)} of {len(mutants)} in {ledger})",
+              file=sys.stderr)
+        return 130
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, capture_output=True)
+    rows = [done[m.key] for m in mutants]
+    caught = sum(r["outcome"].startswith("caught") for r in rows)
+    print(f"\ncaught {caught} of {len(rows)} ({100 * caught / len(rows):.0f} %)")
+    for r in rows:
+        if not r["outcome"].startswith("caught"):
+            print(f"  {r['outcome']}: {r['file']}:{r['line']}  {r['old_line']}   [{r['old']!r} -> {r['new']!r}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
