@@ -1,24 +1,28 @@
 """How many one-token changes to recently added code do the tests catch? A seeded, mechanical planted-bug round.
 
-    python bench/mutants.py --since 1cf44aa --count 30 --seed 5 --out /tmp/mutants [--jobs 1] [--plan-only]
+    python bench/mutants.py --since 1cf44aa --count 30 --seed 5 --out /tmp/mutants [--wider] [--tests-at COMMIT]
+                            [--plan-only]
 
-The lines: every line of ``sao_env`` that ``git diff -U0 SINCE HEAD`` adds and that holds a token one of the
-operators below can change (so no comment, docstring, import, decorator or ``def``/``class`` header). The
-sample: ``--count`` lines drawn with ``--seed``, one change drawn per line. The changes, the kinds a reviewer's
-slip makes (Offutt et al., "An experimental determination of sufficient mutant operators", TOSEM 1996, the
-relational, logical and constant replacements): a comparison flipped or moved by one (``==``/``!=``,
-``<``/``<=``, ``>``/``>=``), ``and``/``or``, a ``not`` dropped, ``is``/``is not``, ``in``/``not in``,
-``True``/``False``, ``+``/``-``, ``+=``/``-=``, an integer literal plus one, ``min``/``max``,
+The lines: every line of ``sao_env`` that ``git diff -U0 SINCE TESTS_AT`` adds (``--tests-at``, default HEAD) and
+that holds a token one of the operators below can change (so no comment, docstring, import, decorator or
+``def``/``class`` header). The sample: ``--count`` lines drawn with ``--seed``, one change drawn per line. The
+changes, the kinds a reviewer's slip makes (Offutt et al., "An experimental determination of sufficient mutant
+operators", TOSEM 1996: relational, logical and constant replacements): a comparison flipped or moved by one
+(``==``/``!=``, ``<``/``<=``, ``>``/``>=``), ``and``/``or``, a ``not`` dropped, ``is``/``is not``,
+``in``/``not in``, ``True``/``False``, ``+``/``-``, ``+=``/``-=``, an integer literal plus one, ``min``/``max``,
 ``break``/``continue``. A change must compile and change the module's syntax tree.
 
 The tests: the test files that import the changed module (its dotted name, or ``from PACKAGE import NAME``),
-slow ones included, stopped at the first failure, in a git worktree of HEAD holding the one change (the
-checkout is never touched). A mutant is caught when pytest fails or runs past ``--timeout``; it survives when
-they pass. A survivor is a line that no targeted test pins, or a change that does not alter behaviour (an
-equivalent mutant): each needs a look. A module that no test file imports is run against ``-m "not slow"``.
+slow ones included, stopped at the first failure, in a git worktree of TESTS_AT holding the one change (the
+checkout is never touched). A mutant is caught when pytest fails or runs past ``--timeout`` (a module that no
+longer imports, so that pytest cannot start, is caught too); it survives when they pass. A survivor is a line
+that no targeted test pins, or a change that does not alter behaviour (an equivalent mutant): each needs a look.
+A module that no test file imports is run against every fast test (``-m "not slow"``), as is a survivor with
+``--wider``.
 
-Writes OUT/mutants.jsonl (one row per mutant: file, line, old and new line, operator, test files, outcome,
-seconds) and skips the rows already there, so an interrupted round resumes; prints progress and a summary.
+Writes OUT/plan.jsonl (the drawn mutants, before any run) and OUT/mutants.jsonl (one row per mutant: file, line,
+old and new token, operator, test files, outcome, seconds), skipping the rows already there, so that an
+interrupted round resumes; prints progress and a summary.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import io
 import json
 import os
 import random
+import signal
 import re
 import subprocess
 import sys
@@ -59,9 +64,9 @@ class Mutant:
         return f"{self.file}:{self.line}:{self.col}:{self.operator}"
 
 
-def added_lines(since: str) -> dict[str, set[int]]:
-    """{path: line numbers at HEAD} of the lines under sao_env that the diff SINCE..HEAD adds."""
-    diff = subprocess.run(["git", "diff", "-U0", f"{since}..HEAD", "--", "sao_env"], cwd=ROOT, check=True,
+def added_lines(since: str, at: str) -> dict[str, set[int]]:
+    """{path: line numbers at ``at``} of the lines under sao_env that the diff ``since..at`` adds."""
+    diff = subprocess.run(["git", "diff", "-U0", f"{since}..{at}", "--", "sao_env"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
     found: dict[str, set[int]] = {}
     path = None
@@ -121,11 +126,12 @@ def changes_the_tree(source: str, mutated: str) -> bool:
         return False
 
 
-def sample(since: str, count: int, seed: int) -> list[Mutant]:
-    """``count`` lines drawn with ``seed`` among those with a change, one change drawn per line."""
+def sample(since: str, at: str, count: int, seed: int) -> list[Mutant]:
+    """``count`` lines drawn with ``seed`` among those with a change at commit ``at``, one change drawn per line."""
     by_line: dict[tuple[str, int], list[Mutant]] = {}
-    for path, lines in sorted(added_lines(since).items()):
-        source = (ROOT / path).read_text()
+    for path, lines in sorted(added_lines(since, at).items()):
+        source = subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, check=True, capture_output=True,
+                                text=True).stdout
         for mutant in candidates(path, source, lines):
             if changes_the_tree(source, apply(source, mutant)):
                 by_line.setdefault((mutant.file, mutant.line), []).append(mutant)
@@ -136,14 +142,14 @@ def sample(since: str, count: int, seed: int) -> list[Mutant]:
     return [rng.choice(by_line[key]) for key in chosen]
 
 
-def test_files(path: str) -> list[str]:
-    """The test files that import the module at ``path``."""
+def test_files(path: str, root: Path = ROOT) -> list[str]:
+    """The test files under ``root`` that import the module at ``path``."""
     dotted = path[:-3].replace("/", ".").removesuffix(".__init__")
     package, _, name = dotted.rpartition(".")
     direct = re.compile(rf"\b{re.escape(dotted)}\b(?!\.\w)")
     named = re.compile(rf"from {re.escape(package)} import [^\n]*\b{re.escape(name)}\b|"
                        rf"from {re.escape(package)} import \([^)]*\b{re.escape(name)}\b")
-    files = sorted(ROOT.glob("tests/test_*.py"))
+    files = sorted(root.glob("tests/test_*.py"))
     found = [p for p in files if direct.search(p.read_text()) or named.search(p.read_text())]
     if not found:  # a module no test imports (a plugin loaded into a sandbox, say): the files that name it
         found = [p for p in files if re.search(rf"\b{re.escape(name)}\b", p.read_text())]
@@ -162,14 +168,16 @@ def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         return "caught (timeout)", ""
     tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
-    return ("survived" if done.returncode == 0 else "caught" if done.returncode == 1 else f"error {done.returncode}"), tail
+    failed = (done.returncode == 1 or done.returncode in (3, 4)  # a test failed; the suite could not even start
+              or (done.returncode == 2 and re.search(r"\b\d+ (failed|errors?)\b", tail)))  # -x under xdist stops with 2
+    return ("survived" if done.returncode == 0 else "caught" if failed else f"error {done.returncode}"), tail
 
 
 def run_one(mutant: Mutant, worktree: Path, timeout: int, wider: bool) -> dict:
     target = worktree / mutant.file
     original = target.read_text()
     target.write_text(apply(original, mutant))
-    tests = test_files(mutant.file)
+    tests = test_files(mutant.file, worktree)
     started = time.monotonic()
     try:
         outcome, tail = _pytest(tests or WIDER, worktree, timeout)
@@ -188,18 +196,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--count", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tests-at", default="HEAD", help="the commit whose tests (and code) the mutants run "
+                        "against (default HEAD; a round resumed after new tests landed names its first commit)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant before it counts as caught")
     parser.add_argument("--wider", action="store_true", help="run a survivor again against every fast test")
     parser.add_argument("--plan-only", action="store_true", help="write the drawn mutants (plan.jsonl) and stop")
     args = parser.parse_args(argv)
-    if subprocess.run(["git", "rev-parse", "--verify", "-q", args.since], cwd=ROOT, capture_output=True).returncode:
-        print(f"mutants: --since {args.since}: not a commit of this repository", file=sys.stderr)
-        return 2
+    commits = {}
+    for flag, name in (("--since", args.since), ("--tests-at", args.tests_at)):
+        found = subprocess.run(["git", "rev-parse", "--verify", "-q", f"{name}^{{commit}}"], cwd=ROOT,
+                               capture_output=True, text=True)
+        if found.returncode:
+            print(f"mutants: {flag} {name}: not a commit of this repository", file=sys.stderr)
+            return 2
+        commits[flag] = found.stdout.strip()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background by a script
     args.out.mkdir(parents=True, exist_ok=True)
-    mutants = sample(args.since, args.count, args.seed)
+    mutants = sample(commits["--since"], commits["--tests-at"], args.count, args.seed)
     with (args.out / "plan.jsonl").open("w") as f:
         for m in mutants:
-            f.write(json.dumps({**asdict(m), "key": m.key, "tests": test_files(m.file)}) + "\n")
+            f.write(json.dumps({**asdict(m), "key": m.key, "since": commits["--since"],
+                                "tests_at": commits["--tests-at"]}) + "\n")
     if args.plan_only:
         print(f"plan: {args.out / 'plan.jsonl'}")
         return 0
@@ -207,8 +224,8 @@ def main(argv: list[str]) -> int:
     done = {json.loads(line)["key"]: json.loads(line) for line in ledger.read_text().splitlines()} if ledger.exists() else {}
     worktree = args.out / "worktree"
     if not worktree.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), "HEAD"], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commits["--tests-at"]], cwd=ROOT,
+                       check=True, capture_output=True)
     vllm = ROOT / ".venv-vllm" / "bin" / "python"
     if vllm.exists():
         os.environ.setdefault("SAO_ENV_VLLM_PYTHON", str(vllm))
