@@ -155,3 +155,74 @@ def test_the_warm_start_progress_bar_advances_one_step_per_step(monkeypatch):
     losses = warmstart.supervised_warm_start(model, tokenizer, scenario, config.env.warm_start, show_progress=False)
     assert len(losses) == 3
     assert totals == [3] and sum(advanced) == 3 == len(advanced)
+
+
+def test_a_frozen_pattern_is_refused_only_when_nothing_is_frozen():
+    """Changed: ``and not self.critic_freeze_attention`` -> ``and self.critic_freeze_attention`` in
+    ``SAOConfig``'s check: a pattern for the frozen modules makes sense only while they are frozen."""
+    from pydantic import ValidationError
+
+    from sao_env.agents.configs import SAOConfig
+
+    assert SAOConfig(critic_frozen_pattern=r"\.attn$").critic_frozen_pattern == r"\.attn$"
+    assert SAOConfig(critic_freeze_attention=False).critic_frozen_pattern is None
+    with pytest.raises(ValidationError, match="critic_frozen_pattern is set but critic_freeze_attention is false"):
+        SAOConfig(critic_frozen_pattern=r"\.attn$", critic_freeze_attention=False)
+
+
+def test_the_matrix_group_heads_link_boards_to_the_summary_and_maps_to_their_section():
+    """Changed: ``p.anchor if p.board is None else "#summary"`` -> ``is not None`` in ``finding.matrix_html``."""
+    from sao_env.leaderboard.finding import matrix_html, places
+
+    found = places(REPO / "leaderboards")
+    expected = []
+    for p in found:
+        href = "#summary" if p.board is not None else f"#{p.anchor.lstrip('#')}"
+        if (p.group, href) not in expected:
+            expected.append((p.group, href))
+    assert any(g == "boards" for g, _ in expected) and len(expected) > 1
+    heads = re.findall(r'<th class="group" colspan="\d+" scope="colgroup"><a href="([^"]+)">', matrix_html(found))
+    assert heads == [href for _, href in expected]
+
+
+def test_only_the_completions_api_renders_prompts_with_a_template(monkeypatch, tmp_path):
+    """Changed: ``backend_options.get("api") == "completions"`` -> ``!=`` in ``runner.run_eval``: the chat API
+    sends messages (the server applies its template), so no prompt template is made or passed for it."""
+    from sao_env.benchmarks import backends
+    from sao_env.benchmarks.runner import run_eval
+
+    if not (REPO.parent / "shared" / "data").is_dir():
+        pytest.skip("benchmark rows not found in ../shared/data")
+    seen: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def record(name, model, **options):
+        seen.append({"name": name, "model": model, **options})
+        raise Stop
+
+    monkeypatch.setattr(backends, "make_backend", record)
+    for api, template in (("chat", "auto"), ("completions", "none")):
+        with pytest.raises(Stop):
+            run_eval("served-name", ["hmmt_feb_2025"], data=str(REPO.parent / "shared" / "data"), backend="openai",
+                     out=tmp_path / api,
+                     backend_options={"base_url": "http://127.0.0.1:9/v1", "api": api, "prompt_template": template})
+    assert [(s["name"], s["model"], s["api"]) for s in seen] == [("openai", "served-name", "chat"),
+                                                                ("openai", "served-name", "completions")]
+    assert "prompt_template" not in seen[0]
+    assert seen[1]["prompt_template"] is None
+
+
+def test_grader_serve_needs_the_llm_grader_and_the_llm_grader_may_serve():
+    """Changed: ``grader_serve and grader != "llm"`` -> ``== "llm"`` in the eval command's options."""
+    from sao_env.cli.benchmarks import _options
+    from sao_env.errors import UserError
+
+    common = dict(k=1, limit=1, max_new_tokens=8, temperature=0.0, top_p=1.0, seed=0, grader_model=None,
+                  grader_base_url=None, grader_api_key=None, grading_timeout=10, leaderboard=None, progress=False)
+    with pytest.raises(UserError, match=r"^--grader-serve serves a judge model: it needs --grader llm$"):
+        _options(grader="math", grader_serve=True, servers=[], **common)
+    os.environ.pop("SAO_ENV_GRADER_MODEL", None)
+    with pytest.raises(UserError, match=r"^--grader-serve needs the judge model to serve: pass --grader-model NAME$"):
+        _options(grader="llm", grader_serve=True, servers=[], **common)
