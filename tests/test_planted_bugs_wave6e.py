@@ -226,3 +226,21 @@ def test_grader_serve_needs_the_llm_grader_and_the_llm_grader_may_serve():
     os.environ.pop("SAO_ENV_GRADER_MODEL", None)
     with pytest.raises(UserError, match=r"^--grader-serve needs the judge model to serve: pass --grader-model NAME$"):
         _options(grader="llm", grader_serve=True, servers=[], **common)
+
+
+def test_the_eval_limits_hold_at_their_boundaries():
+    """Changed: ``max_new_tokens > MAX_NEW_TOKENS`` -> ``>=`` and a deadline's ``value <= 0`` -> ``< 0`` in the
+    eval command's checks: the cap itself is allowed, a deadline of exactly 0 is not."""
+    from sao_env.cli.benchmarks import MAX_NEW_TOKENS, _check_limits, _options
+    from sao_env.errors import UserError
+
+    assert MAX_NEW_TOKENS == 131072
+    common = dict(k=1, limit=1, temperature=0.0, top_p=1.0, seed=0, grader="math", grader_model=None,
+                  grader_base_url=None, grader_api_key=None, grading_timeout=10, leaderboard=None, progress=False)
+    assert _options(max_new_tokens=131072, servers=[], **common).max_new_tokens == 131072
+    with pytest.raises(UserError, match=r"^--max-new-tokens must be at most 131,072$"):
+        _options(max_new_tokens=131073, servers=[], **common)
+    for flag, args in (("--request-deadline", (None, 0)), ("--grader-deadline", (None, None, 0))):
+        with pytest.raises(UserError, match=rf"^{flag} must be greater than 0$"):
+            _check_limits(*args)
+    _check_limits(None, 0.001, 0.001)
