@@ -44,11 +44,18 @@ def test_a_judge_reply_that_is_not_text_is_shown_by_its_first_500_characters(mon
     assert len(result.details["judge_reply"]) == 500
 
 
-def test_the_matrix_marks_each_group_start_in_the_head_and_in_every_row():
-    """Changed: ``found[i - 1].group != p.group`` -> ``==`` for the body cells of ``finding.matrix_html``."""
-    from sao_env.leaderboard.finding import matrix_html, places
+@pytest.fixture(scope="module")
+def found():
+    """The matrix's places from the committed boards and maps."""
+    from sao_env.leaderboard.finding import places
 
-    found = places(REPO / "leaderboards")
+    return places(REPO / "leaderboards")
+
+
+def test_the_matrix_marks_each_group_start_in_the_head_and_in_every_row(found):
+    """Changed: ``found[i - 1].group != p.group`` -> ``==`` for the body cells of ``finding.matrix_html``."""
+    from sao_env.leaderboard.finding import matrix_html
+
     starts = [i for i in range(1, len(found)) if found[i - 1].group != found[i].group]
     assert starts, "the committed boards and maps make more than one group"
     page = matrix_html(found)
@@ -170,11 +177,10 @@ def test_a_frozen_pattern_is_refused_only_when_nothing_is_frozen():
         SAOConfig(critic_frozen_pattern=r"\.attn$", critic_freeze_attention=False)
 
 
-def test_the_matrix_group_heads_link_boards_to_the_summary_and_maps_to_their_section():
+def test_the_matrix_group_heads_link_boards_to_the_summary_and_maps_to_their_section(found):
     """Changed: ``p.anchor if p.board is None else "#summary"`` -> ``is not None`` in ``finding.matrix_html``."""
-    from sao_env.leaderboard.finding import matrix_html, places
+    from sao_env.leaderboard.finding import matrix_html
 
-    found = places(REPO / "leaderboards")
     expected = []
     for p in found:
         href = "#summary" if p.board is not None else f"#{p.anchor.lstrip('#')}"
