@@ -10,7 +10,8 @@ changes, the kinds a reviewer's slip makes (Offutt et al., "An experimental dete
 operators", TOSEM 1996: relational, logical and constant replacements): a comparison flipped or moved by one
 (``==``/``!=``, ``<``/``<=``, ``>``/``>=``), ``and``/``or``, a ``not`` dropped, ``is``/``is not``,
 ``in``/``not in``, ``True``/``False``, ``+``/``-``, ``+=``/``-=``, an integer literal plus one, ``min``/``max``,
-``break``/``continue``. A change must compile and change the module's syntax tree.
+``break``/``continue``; with ``--operators all`` also a one-line statement left out and a keyword argument
+dropped from a call. A change must compile and change the module's syntax tree.
 
 The tests: the test files that import the changed module (its dotted name, or ``from PACKAGE import NAME``),
 slow ones included, stopped at the first failure, in a git worktree of TESTS_AT holding the one change (the
@@ -111,6 +112,35 @@ def candidates(path: str, source: str, lines: set[int]) -> list[Mutant]:
     return out
 
 
+COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+            ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal)
+
+
+def omissions(path: str, source: str, lines: set[int]) -> list[Mutant]:
+    """``--operators all``'s changes, the slips the token operators cannot make: a one-line statement left out
+    (``pass`` in its place) and one keyword argument dropped from a call on a one-line statement."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.stmt) or isinstance(node, COMPOUND) or node.lineno != node.end_lineno:
+            continue
+        if node.lineno not in lines or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            continue
+        text = source.splitlines()[node.lineno - 1][node.col_offset:node.end_col_offset]
+        out.append(Mutant(path, node.lineno, node.col_offset, "omit", text, "pass"))
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            for i, keyword in enumerate(call.keywords):
+                if keyword.arg is None:
+                    continue
+                shorter = ast.parse(text.strip()).body[0]
+                for inner in ast.walk(shorter):
+                    if (isinstance(inner, ast.Call) and ast.dump(inner.func) == ast.dump(call.func)
+                            and [k.arg for k in inner.keywords] == [k.arg for k in call.keywords]):
+                        del inner.keywords[i]
+                        break
+                out.append(Mutant(path, node.lineno, node.col_offset, f"drop {keyword.arg}=", text, ast.unparse(shorter)))
+    return out
+
+
 def apply(source: str, mutant: Mutant) -> str:
     lines = source.splitlines(keepends=True)
     text = lines[mutant.line - 1]
@@ -126,13 +156,14 @@ def changes_the_tree(source: str, mutated: str) -> bool:
         return False
 
 
-def sample(since: str, at: str, count: int, seed: int) -> list[Mutant]:
+def sample(since: str, at: str, count: int, seed: int, operators: str = "tokens") -> list[Mutant]:
     """``count`` lines drawn with ``seed`` among those with a change at commit ``at``, one change drawn per line."""
     by_line: dict[tuple[str, int], list[Mutant]] = {}
     for path, lines in sorted(added_lines(since, at).items()):
         source = subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, check=True, capture_output=True,
                                 text=True).stdout
-        for mutant in candidates(path, source, lines):
+        found = candidates(path, source, lines) + (omissions(path, source, lines) if operators == "all" else [])
+        for mutant in found:
             if changes_the_tree(source, apply(source, mutant)):
                 by_line.setdefault((mutant.file, mutant.line), []).append(mutant)
     rng = random.Random(seed)
@@ -195,6 +226,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--since", required=True, help="the commit the round's code is new since")
     parser.add_argument("--count", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--operators", choices=("tokens", "all"), default="tokens",
+                        help="tokens: the one-token changes; all: also a statement left out and a keyword argument "
+                             "dropped (the kinds of slip the by-hand rounds found most often missed)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tests-at", default="HEAD", help="the commit whose tests (and code) the mutants run "
                         "against (default HEAD; a round resumed after new tests landed names its first commit)")
@@ -212,11 +246,11 @@ def main(argv: list[str]) -> int:
         commits[flag] = found.stdout.strip()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background by a script
     args.out.mkdir(parents=True, exist_ok=True)
-    mutants = sample(commits["--since"], commits["--tests-at"], args.count, args.seed)
+    mutants = sample(commits["--since"], commits["--tests-at"], args.count, args.seed, args.operators)
     with (args.out / "plan.jsonl").open("w") as f:
         for m in mutants:
             f.write(json.dumps({**asdict(m), "key": m.key, "since": commits["--since"],
-                                "tests_at": commits["--tests-at"]}) + "\n")
+                                "tests_at": commits["--tests-at"], "operators": args.operators}) + "\n")
     if args.plan_only:
         print(f"plan: {args.out / 'plan.jsonl'}")
         return 0
