@@ -149,9 +149,10 @@ def apply(source: str, mutant: Mutant) -> str:
     return "".join(lines)
 
 
-def changes_the_tree(source: str, mutated: str) -> bool:
+def changes_the_tree(tree: str, mutated: str) -> bool:
+    """Whether ``mutated`` parses to another tree than ``tree`` (the original's ``ast.dump``)."""
     try:
-        return ast.dump(ast.parse(source)) != ast.dump(ast.parse(mutated))
+        return tree != ast.dump(ast.parse(mutated))
     except SyntaxError:
         return False
 
@@ -162,9 +163,10 @@ def sample(since: str, at: str, count: int, seed: int, operators: str = "tokens"
     for path, lines in sorted(added_lines(since, at).items()):
         source = subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, check=True, capture_output=True,
                                 text=True).stdout
+        tree = ast.dump(ast.parse(source))
         found = candidates(path, source, lines) + (omissions(path, source, lines) if operators == "all" else [])
         for mutant in found:
-            if changes_the_tree(source, apply(source, mutant)):
+            if changes_the_tree(tree, apply(source, mutant)):
                 by_line.setdefault((mutant.file, mutant.line), []).append(mutant)
     rng = random.Random(seed)
     chosen = rng.sample(sorted(by_line), min(count, len(by_line)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,18 +85,15 @@ def test_a_critic_built_without_the_flag_freezes_its_attention_as_the_paper():
 
 def test_a_clean_reap_finds_nothing_and_an_orphan_is_counted_once(tmp_path):
     """Changed: ``removed = 0`` -> ``1`` in ``local.reap_mounts``: the count of unmounted orphans is exact."""
-    from sao_env.sandbox.local import _libc, reap_mounts
+    from test_sandbox_disk_cap import orphaned_cap
+
+    from sao_env.sandbox.local import reap_mounts
 
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     reap_mounts()  # whatever an earlier killed harness left
     assert reap_mounts() == 0
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    work = tmp_path / "work"
-    work.mkdir()
-    source = f"sao-cap:{os.uname().nodename}:{dead.pid}:1".encode()
-    assert _libc().mount(source, str(work).encode(), b"tmpfs", 0, b"size=1m") == 0
+    work = orphaned_cap(tmp_path)
     assert reap_mounts() == 1 and not os.path.ismount(work)
 
 

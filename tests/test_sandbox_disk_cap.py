@@ -113,14 +113,20 @@ def test_a_warm_call_past_the_cap_is_a_disk_limit_and_the_next_call_is_clean():
         warm.close()
 
 
-def test_a_cap_left_by_a_killed_harness_is_unmounted(tmp_path):
-    """A harness killed mid-run leaves its tmpfs over the working copy; the next one removes it."""
+def orphaned_cap(tmp_path: Path) -> Path:
+    """A folder under ``tmp_path`` with a capped tmpfs over it whose harness process is gone (as root)."""
     dead = subprocess.Popen(["true"])
     dead.wait()
     work = tmp_path / "work"
     work.mkdir()
     source = f"sao-cap:{os.uname().nodename}:{dead.pid}:1".encode()
     assert _libc().mount(source, str(work).encode(), b"tmpfs", 0, b"size=1m") == 0
+    return work
+
+
+def test_a_cap_left_by_a_killed_harness_is_unmounted(tmp_path):
+    """A harness killed mid-run leaves its tmpfs over the working copy; the next one removes it."""
+    work = orphaned_cap(tmp_path)
     assert os.path.ismount(work)
     assert reap_mounts() >= 1
     assert not os.path.ismount(work)
