@@ -1,7 +1,7 @@
 """How many one-token changes to recently added code do the tests catch? A seeded, mechanical planted-bug round.
 
     python bench/mutants.py --since 1cf44aa --count 30 --seed 5 --out /tmp/mutants [--wider] [--tests-at COMMIT]
-                            [--plan-only]
+                            [--operators tokens|all|hand] [--plan-only]
 
 The lines: every line of ``sao_env`` that ``git diff -U0 SINCE TESTS_AT`` adds (``--tests-at``, default HEAD) and
 that holds a token one of the operators below can change (so no comment, docstring, import, decorator or
@@ -11,7 +11,13 @@ operators", TOSEM 1996: relational, logical and constant replacements): a compar
 (``==``/``!=``, ``<``/``<=``, ``>``/``>=``), ``and``/``or``, a ``not`` dropped, ``is``/``is not``,
 ``in``/``not in``, ``True``/``False``, ``+``/``-``, ``+=``/``-=``, an integer literal plus one, ``min``/``max``,
 ``break``/``continue``; with ``--operators all`` also a one-line statement left out and a keyword argument
-dropped from a call. A change must compile and change the module's syntax tree.
+dropped from a call. ``--operators hand`` makes only the well-typed slips the by-hand rounds planted and missed
+most, which no one-token change makes: a clause of ``and``/``or`` left out, two positional arguments or two keyword
+arguments' values swapped, a slice's start and end swapped, a local name replaced by the most similar other name its
+function binds (``window`` for ``global_window``), an attribute read as data by the most similar other attribute the
+module reads from that name (``spec.max_tokens`` for ``spec.max_new_tokens``); a swap of literals (``open("rb",
+path)``) or of ``isinstance``'s arguments is left out, being a type error at once. A change must compile and change
+the module's syntax tree.
 
 The tests: the test files that import the changed module (its dotted name, or ``from PACKAGE import NAME``),
 slow ones included, stopped at the first failure, in a git worktree of TESTS_AT holding the one change (the
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import io
 import json
 import os
@@ -141,6 +148,99 @@ def omissions(path: str, source: str, lines: set[int]) -> list[Mutant]:
     return out
 
 
+def _char_col(line: str, byte_col: int) -> int:
+    """ast's column (UTF-8 bytes) as a character index into ``line``."""
+    return len(line.encode()[:byte_col].decode())
+
+
+def _similar(name: str, others: set[str]) -> str | None:
+    """The name in ``others`` most like ``name`` (a slip into another name that exists), or None."""
+    close = difflib.get_close_matches(name, sorted(others - {name}), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _locals(function: ast.AST) -> set[str]:
+    """The names a function binds: its arguments and every name it stores."""
+    names = {a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
+    return names | {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+LITERALS = (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Dict, ast.Set)
+
+
+def _swappable(a: ast.expr, b: ast.expr) -> bool:
+    """Two arguments whose swap is a well-typed slip: different, and neither a literal (``open("rb", path)`` is a
+    type error at once, not a slip a reviewer misses)."""
+    return ast.dump(a) != ast.dump(b) and not isinstance(a, LITERALS) and not isinstance(b, LITERALS)
+
+
+def _is_type_check(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id in ("isinstance", "issubclass", "getattr", "hasattr",
+                                                                "setattr")
+
+
+def slips(path: str, source: str, lines: set[int]) -> list[Mutant]:
+    """``--operators hand``'s changes, the well-typed slips the by-hand rounds planted and the token operators cannot
+    make: a clause of ``and``/``or`` left out, two positional arguments swapped, two keyword arguments' values
+    swapped (neither a literal), a slice's start and end swapped, a local name replaced by the most similar other
+    local of its function, ``obj.attr`` read as data (not called) replaced by the most similar other attribute the
+    module reads from a name of the same spelling."""
+    tree = ast.parse(source)
+    text = source.splitlines()
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    attributes: dict[str, set[str]] = {}  # per name, the attributes the module reads from it as data
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and id(node) not in called:
+            attributes.setdefault(node.value.id, set()).add(node.attr)
+    scope: dict[int, set[str]] = {}
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        bound = _locals(function)
+        for node in ast.walk(function):
+            scope[id(node)] = bound  # the innermost function wins: ast.walk visits outer functions first
+    out = []
+
+    def changed(node: ast.expr, operator: str, replacement: ast.expr) -> None:
+        row = text[node.lineno - 1]
+        col = _char_col(row, node.col_offset)
+        old = row[col:_char_col(row, node.end_col_offset)]
+        out.append(Mutant(path, node.lineno, col, operator, old, ast.unparse(replacement)))
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.expr) or node.lineno != node.end_lineno or node.lineno not in lines:
+            continue
+        if text[node.lineno - 1].lstrip().startswith(SKIP_STARTS):
+            continue
+        if isinstance(node, ast.BoolOp):
+            for i in range(len(node.values)):
+                rest = node.values[:i] + node.values[i + 1:]
+                changed(node, "drop clause", rest[0] if len(rest) == 1 else ast.BoolOp(node.op, rest))
+        elif isinstance(node, ast.Call):
+            for i in range(len(node.args) - 1 if not _is_type_check(node) else 0):
+                a, b = node.args[i], node.args[i + 1]
+                if _swappable(a, b) and not isinstance(a, ast.Starred) and not isinstance(b, ast.Starred):
+                    args = list(node.args)
+                    args[i], args[i + 1] = b, a
+                    changed(node, "swap args", ast.Call(node.func, args, node.keywords))
+            named = [k for k in node.keywords if k.arg is not None]
+            for a, b in zip(named, named[1:]):
+                if _swappable(a.value, b.value):
+                    keywords = [ast.keyword(k.arg, b.value if k is a else a.value if k is b else k.value)
+                                for k in node.keywords]
+                    changed(node, f"swap {a.arg}=/{b.arg}=", ast.Call(node.func, node.args, keywords))
+        elif isinstance(node, ast.Slice) and node.lower is not None and node.upper is not None:
+            changed(node, "swap slice", ast.Slice(node.upper, node.lower, node.step))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in scope.get(id(node), ()):
+            other = _similar(node.id, scope[id(node)])
+            if other:
+                changed(node, "other name", ast.Name(other, ast.Load()))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)
+              and id(node) not in called):
+            other = _similar(node.attr, attributes[node.value.id])
+            if other:
+                changed(node, "other attribute", ast.Attribute(node.value, other, ast.Load()))
+    return out
+
+
 def apply(source: str, mutant: Mutant) -> str:
     lines = source.splitlines(keepends=True)
     text = lines[mutant.line - 1]
@@ -164,7 +264,10 @@ def sample(since: str, at: str, count: int, seed: int, operators: str = "tokens"
         source = subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, check=True, capture_output=True,
                                 text=True).stdout
         tree = ast.dump(ast.parse(source))
-        found = candidates(path, source, lines) + (omissions(path, source, lines) if operators == "all" else [])
+        if operators == "hand":
+            found = slips(path, source, lines)
+        else:
+            found = candidates(path, source, lines) + (omissions(path, source, lines) if operators == "all" else [])
         for mutant in found:
             if changes_the_tree(tree, apply(source, mutant)):
                 by_line.setdefault((mutant.file, mutant.line), []).append(mutant)
@@ -228,9 +331,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--since", required=True, help="the commit the round's code is new since")
     parser.add_argument("--count", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--operators", choices=("tokens", "all"), default="tokens",
+    parser.add_argument("--operators", choices=("tokens", "all", "hand"), default="tokens",
                         help="tokens: the one-token changes; all: also a statement left out and a keyword argument "
-                             "dropped (the kinds of slip the by-hand rounds found most often missed)")
+                             "dropped; hand: only the well-typed slips a person plants (a clause left out, arguments "
+                             "or slice bounds swapped, a name or attribute replaced by a similar one that exists)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tests-at", default="HEAD", help="the commit whose tests (and code) the mutants run "
                         "against (default HEAD; a round resumed after new tests landed names its first commit)")

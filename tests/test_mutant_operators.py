@@ -1,0 +1,68 @@
+"""bench/mutants.py's ``--operators hand``: the well-typed slips a person plants, each checked on a hand case."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from conftest import load_bench
+
+mutants = load_bench("mutants")
+
+SOURCE = '''\
+def pick(spec, window, global_window, rows):
+    ready = spec.enabled and window > 0 or spec.forced
+    head = rows[window:global_window]
+    total = scale(window, global_window, lo=spec.min_tokens, hi=spec.max_tokens)
+    return head, total, spec.max_new_tokens, len(rows)
+'''
+
+
+@pytest.fixture(scope="module")
+def made():
+    found = mutants.slips("m.py", SOURCE, set(range(1, 6)))
+    return {(m.line, m.operator, mutants.apply(SOURCE, m).splitlines()[m.line - 1].strip()) for m in found}
+
+
+def test_a_clause_of_and_or_is_left_out(made):
+    assert (2, "drop clause", "ready = spec.enabled and window > 0") in made
+    assert (2, "drop clause", "ready = spec.forced") in made
+    assert (2, "drop clause", "ready = window > 0 or spec.forced") in made
+    assert (2, "drop clause", "ready = spec.enabled or spec.forced") in made
+
+
+def test_arguments_and_slice_bounds_are_swapped(made):
+    assert (3, "swap slice", "head = rows[global_window:window]") in made
+    assert (4, "swap args", "total = scale(global_window, window, lo=spec.min_tokens, hi=spec.max_tokens)") in made
+    assert (4, "swap lo=/hi=", "total = scale(window, global_window, lo=spec.max_tokens, hi=spec.min_tokens)") in made
+
+
+def test_a_name_or_attribute_becomes_the_most_similar_one_that_exists(made):
+    assert (3, "other name", "head = rows[global_window:global_window]") in made
+    assert (3, "other name", "head = rows[window:window]") in made
+    assert (5, "other attribute", "return head, total, spec.max_tokens, len(rows)") in made
+    assert (4, "other attribute", "total = scale(window, global_window, lo=spec.min_tokens, hi=spec.max_new_tokens)") in made
+
+
+def test_only_names_the_function_binds_are_replaced():
+    found = mutants.slips("m.py", SOURCE, {5})
+    assert {m.old for m in found if m.operator == "other name"} <= {"head", "total", "rows"}
+    assert not any(m.old == "len" for m in found)
+
+
+def test_every_slip_changes_the_tree_and_only_its_own_line():
+    tree = ast.dump(ast.parse(SOURCE))
+    found = mutants.slips("m.py", SOURCE, {3})
+    assert found and all(m.line == 3 for m in found)
+    for m in found:
+        changed = mutants.apply(SOURCE, m)
+        assert mutants.changes_the_tree(tree, changed)
+        assert [a for a, b in zip(SOURCE.splitlines(), changed.splitlines()) if a != b] == [SOURCE.splitlines()[2]]
+
+
+def test_columns_count_characters_after_non_ascii_text():
+    source = 'def f(alpha, alphas):\n    note = "é→"; return g(alpha, alphas)\n'
+    found = mutants.slips("m.py", source, {2})
+    swapped = [m for m in found if m.operator == "swap args"]
+    assert swapped and mutants.apply(source, swapped[0]).splitlines()[1].endswith("return g(alphas, alpha)")
