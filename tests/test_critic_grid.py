@@ -66,3 +66,25 @@ def test_the_spread_cells_state_the_class_shares_they_hold(grid):
     assert shares[("critic-map-s50", "mix")] == pytest.approx(0.48, abs=0.005)
     assert shares[("critic-map-s75", "mix")] == pytest.approx(0.64, abs=0.005)
     assert shares[("critic-map-s50-drift", "mix-sentence")] == shares[("critic-map-s50", "mix")]
+
+
+FOLLOWUP = Path(__file__).resolve().parents[1] / "leaderboards" / "critic-followup" / "grid.yaml"
+
+
+def test_the_follow_up_separates_where_the_value_is_read_on_a_pool_whose_prompts_recur():
+    import numpy as np
+
+    from sao_env.scenario import Scenario
+
+    followup = plan_grid(load_grid(FOLLOWUP))
+    spec = followup.spec
+    assert [r.label for r in spec.rows] == ["running_mean", "per_prompt", "sao", "sao_lambda1", "sao_prompt_value"]
+    assert len(followup.runs) == 5 * 16 and min_seeds(3) <= len(spec.seeds) and not spec.post_hoc
+    hparams = {run.row: run.plan.config.agent.hparams for run in followup.runs if run.seed == 0}
+    assert {h["episodes_per_update"] for h in hparams.values()} == {8}
+    assert hparams["sao_prompt_value"] == {**hparams["sao_lambda1"], "value_at": "prompt"}
+    config = next(run.plan.config for run in followup.runs if run.row == "per_prompt" and run.seed == 0)
+    scenario = Scenario(config.env)
+    rng = np.random.default_rng(0)
+    for t in (10.0, 500.0):  # each phase: 400 draws from its 64 prompts
+        assert len({scenario.next_task(t, rng, i).prompt for i in range(400)}) == 64

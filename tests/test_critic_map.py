@@ -295,6 +295,31 @@ def test_sao_at_lambda_one_gives_reward_minus_value_on_every_action_token():
     assert not torch.allclose(adaptive, expected, atol=1e-3)  # the default bootstraps
 
 
+def test_sao_with_the_value_at_the_prompt_gives_return_minus_the_first_value_on_every_action_token():
+    # the batch of the lambda-1 case; V(s_0) is 0.2 (row 0) and 0.3 (row 1), read before the first action token
+    batch = hand_batch([1.0, 0.0], [[0, 1, 1, 1, 0, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
+    values = torch.tensor([[9.0, 0.2, 0.4, 0.5, 9.0, 0.7, 0.9], [9.0, 9.0, 0.3, -0.1, 9.0, 9.0, 9.0]])
+    config = SAOConfig(**resolve_config("critic-spread", "sao_prompt_value").agent.hparams)
+    agent = SimpleNamespace(config=config)
+    adv = SAOAgent.advantages(agent, batch, values)
+    expected = torch.tensor([[0, 0.8, 0.8, 0.8, 0, 0.8, 0.8], [0, 0, -0.3, -0.3, 0, 0, 0]])
+    assert torch.allclose(adv, expected, atol=1e-6)
+    later = values.clone()
+    later[:, 3:] += 5.0  # values after the first action token are not read
+    assert torch.equal(SAOAgent.advantages(agent, batch, later), adv)
+    flat = torch.where(batch.mask_BT, values.gather(1, batch.mask_BT.int().argmax(1, keepdim=True)), values)
+    lam1 = SimpleNamespace(config=SAOConfig(**resolve_config("critic-spread", "sao_lambda1").agent.hparams))
+    assert torch.allclose(SAOAgent.advantages(lam1, batch, flat), adv, atol=1e-6)  # lambda 1 on a constant value
+    discounted = SimpleNamespace(config=config.model_copy(update={"gamma": 0.5}))
+    assert SAOAgent.advantages(discounted, batch, values)[0, 1].item() == pytest.approx(0.5 ** 4 - 0.2)
+
+
+def test_the_prompt_value_recipe_is_sao_at_lambda_one_but_for_where_it_reads_the_value():
+    prompt = SAOConfig(**resolve_config("critic-spread", "sao_prompt_value").agent.hparams).model_dump()
+    lam1 = SAOConfig(**resolve_config("critic-spread", "sao_lambda1").agent.hparams).model_dump()
+    assert prompt.pop("value_at") == "prompt" and "value_at" not in lam1 and prompt == lam1
+
+
 # ----------------------------------------------------------------------------- the critic's fit
 
 

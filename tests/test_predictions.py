@@ -170,3 +170,17 @@ def test_the_real_model_boards_predictions_are_its_grid_headers_word_for_word():
     assert rows == {"sao", "grpo", "grpo_dis", "running_mean"} and len(grid["seeds"]) == 8
     assert 2 / 2 ** len(grid["seeds"]) <= spec_.alpha / len(spec_.predictions)  # Holm's first step is reachable
     assert "agent.model.name=smollm2-135m-instruct" in grid["cut"]
+
+
+def test_the_critic_follow_ups_predictions_are_its_grid_headers_word_for_word():
+    """predictions.yaml restates the follow-up grid.yaml's pre-registered F1-F3: the same cell, contrasts, signs."""
+    header = (REPO / "leaderboards" / "critic-followup" / "grid.yaml").read_text()
+    written = {m.group(1): (m.group(2), m.group(3).strip(), m.group(4), m.group(5).strip())
+               for m in re.finditer(r"^#[ \t]+(F\d)[ \t]+(\S+)[ \t]+(\S+ - \S+)[ \t]+([<>])[ \t]+0\b[ \t]*(.*)$", header, re.M)}
+    spec_ = load_predictions(REPO / "leaderboards" / "critic-followup" / "predictions.yaml")
+    assert [p.id for p in spec_.predictions] == sorted(written) == ["F1", "F2", "F3"]
+    for p in spec_.predictions:
+        assert (p.cell, p.contrast, p.sign, p.why) == written[p.id], p.id
+    grid = yaml.safe_load(header)
+    assert all({*p.rows} <= {r["label"] for r in grid["rows"]} and p.cell in grid["scenarios"]
+               for p in spec_.predictions)

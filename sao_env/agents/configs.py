@@ -113,11 +113,18 @@ class SAOConfig(AgentConfig):
     advantage_values: Literal["before_fit", "after_fit"] = "before_fit"
     """Critic values the actor's advantages use: V_old, before the critic's K steps on this batch
     (default, as in PPO), or the values after them."""
+    value_at: Literal["token", "prompt"] = "token"
+    """Where the actor's advantage reads the critic: at every action token (GAE, the paper), or at the prompt only,
+    A_t = G_t - V(s_0) at every action token, s_0 the state before the row's first action token and G_t the
+    undiscounted return from t (agents/sao_prompt_value.yaml): a learned per-prompt baseline that has read none of
+    the episode's own tokens or tool outputs. The critic trains on every token either way."""
     value_pretrain_episodes: int = Field(0, ge=0)
     """Value pretraining: episodes of the warm-start policy on phase-1 training tasks that the critic
     is fitted on before t=0 (0: off). Not charged to simulated time (``value_pretrain.py``)."""
     value_pretrain_steps: int = Field(40, ge=1)
     """Critic steps of the value pretraining, each on ``episodes_per_update`` of its episodes in turn."""
+
+    omit_at_default: ClassVar[tuple[str, ...]] = (*AgentConfig.omit_at_default, "value_at")
 
     @field_validator("loss")
     @classmethod

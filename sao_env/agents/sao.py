@@ -50,10 +50,18 @@ class SAOAgent(Agent):
         return 1 + self.config.critic_updates
 
     def advantages(self, batch: Batch, values_BT: torch.Tensor) -> torch.Tensor:
-        """Step 2: token-level GAE (skip-observation) on ``values_BT``, adaptive or fixed lambda."""
+        """Step 2: token-level GAE (skip-observation) on ``values_BT``, adaptive or fixed lambda; with ``value_at:
+        prompt``, A_t = G_t - V(s_0) instead, the return from t less the value before the row's first action token."""
         cfg = self.config
-        lam = adaptive_lambda(batch.num_actions_B, cfg.alpha) if cfg.adaptive_lambda else cfg.lam
-        advantages, _ = gae(batch.rewards_BT, values_BT, batch.mask_BT, gamma=cfg.gamma, lam=lam)
+        if cfg.value_at == "prompt":
+            returns, _ = gae(batch.rewards_BT, torch.zeros_like(values_BT), batch.mask_BT, gamma=cfg.gamma, lam=1.0)
+            mask = batch.mask_BT.bool()
+            first = mask.int().argmax(dim=1, keepdim=True)
+            at_prompt = values_BT.detach().gather(1, first).to(returns.dtype)
+            advantages = torch.where(mask, returns - at_prompt, torch.zeros_like(returns))
+        else:
+            lam = adaptive_lambda(batch.num_actions_B, cfg.alpha) if cfg.adaptive_lambda else cfg.lam
+            advantages, _ = gae(batch.rewards_BT, values_BT, batch.mask_BT, gamma=cfg.gamma, lam=lam)
         return masked_whiten(advantages, batch.mask_BT) if cfg.whiten_advantages else advantages
 
     def value_metrics(self, episodes: list[Episode], batch: Batch, values_BT: torch.Tensor) -> dict[str, float]:
