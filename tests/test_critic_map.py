@@ -16,7 +16,6 @@ from sao_env.agents.base import Batch
 from sao_env.agents.prompt_baselines import OracleClassAgent, PerPromptAgent
 from sao_env.agents.sao import SAOAgent, SAOConfig
 from sao_env.algos import explained_variance, keyed_baseline_advantages, value_diagnostics
-from sao_env.envs.text_env import load_scenario
 from sao_env.evaluation.critic_fit import ev_recovery
 from sao_env.evaluation.variance import episode_variance_shares, variance_share
 from sao_env.experiment.config import resolve_config
