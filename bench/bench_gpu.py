@@ -115,8 +115,12 @@ def _t95(dof: int) -> float:
 
 
 def recipe(device: str, *, smoke: bool, cpu_seeds: int, workers: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-recipe-") as folder:  # the runs' folders, read here, then gone
+        return _recipe(device, Path(folder), smoke=smoke, cpu_seeds=cpu_seeds, workers=workers)
+
+
+def _recipe(device: str, folder: Path, *, smoke: bool, cpu_seeds: int, workers: int) -> dict:
     cut = SMOKE_CUT if smoke else RECIPE_CUT
-    folder = Path(tempfile.mkdtemp(prefix="bench-gpu-recipe-"))
     out: dict = {"cut": list(cut), "device": device, "cpu_seeds": cpu_seeds}
     if not smoke:  # train the shared warm start once, on every core, before the CPU workers and the GPU need it
         from sao_env.experiment import resolve_config
