@@ -9,7 +9,9 @@ vLLM lives in its own environment (docs/runtime.md, "vLLM in its own environment
 - vLLM's own OpenAI-compatible server (what ``vllm serve`` starts), for ``eval --backend vllm`` and the LLM judge.
 
 Each writes its log to a file; a server that exits or is not ready in time is one line that quotes its log's last
-error line. Servers are stopped when the ``Server`` is closed or this process exits, and on Linux when it is killed
+error line. Without a log folder from the caller, a server's log and its temporary files (``TMPDIR``: vLLM leaves
+its process-group files there) go to a temporary folder of its own, removed when the server is closed after serving
+without an error and kept when it failed, since the error names the log. Servers are stopped when the ``Server`` is closed or this process exits, and on Linux when it is killed
 (``ORPHAN_GUARD``). A server is started from the thread that will outlive it (the main one): Linux signals the
 death of the starting thread.
 """
@@ -17,8 +19,11 @@ death of the starting thread.
 from __future__ import annotations
 
 import atexit
+import getpass
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +96,10 @@ class Server:
     port: int
     log: Path
     name: str
+    scratch: Path | None = None
+    """A temporary folder of the server's own (its ``TMPDIR``, and its log when the caller named no folder),
+    removed when the server is closed or found dead, unless it holds the log of a server that failed."""
+    failed: bool = False
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -120,6 +129,7 @@ class Server:
                 status = None
             what = (f"exited with status {status} ({_signal_name(status)}) while answering {path}" if status is not None
                     else f"did not answer {path} ({err})")
+            self.failed = True
             raise UserError(f"the {self.name} {what}; its log: {self.log}: {last_line(self.log)}") from None
 
     def healthy(self) -> bool:
@@ -134,11 +144,14 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.failed = True
+                self._discard_scratch()
                 raise UserError(f"the {self.name} exited with status {self.process.returncode} while starting; "
                                 f"its log: {self.log}: {last_line(self.log)}")
             if ready():
                 return
             time.sleep(0.25)
+        self.failed = True
         self.close()
         raise UserError(f"the {self.name} was not ready in {timeout_s:.0f} s; its log: {self.log}: {last_line(self.log)}")
 
@@ -153,6 +166,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._discard_scratch()
+
+    def _discard_scratch(self) -> None:
+        """Remove the server's own folder, unless it holds the log of a server that failed (its error names it)."""
+        if self.scratch is not None and not (self.failed and self.log.parent == self.scratch):
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> "Server":
         return self
@@ -178,19 +197,31 @@ def engine_base_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k not in NUMPY_VARIABLES}
 
 
+def _kept_caches() -> dict[str, str]:
+    """torch's compile cache where it would be without the server's own ``TMPDIR`` (under the system's temporary
+    folder), so that a compiled engine's next start finds it."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return {}
+    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())  # torch's own default name
+    return {"TORCHINDUCTOR_CACHE_DIR": str(Path(tempfile.gettempdir()) / f"torchinductor_{user}")}
+
+
 def _start(argv: list[str], *, port: int, name: str, env: dict[str, str], log_dir: Path | None,
            timeout_s: float) -> Server:
     """Run ``argv`` (the vLLM environment's Python first) with its output in ``<log_dir>/<name>.log``, stopped when
     this process exits, and wait until it answers ``GET /health``."""
     if sys.platform.startswith("linux"):
         argv = [argv[0], "-c", ORPHAN_GUARD, str(os.getpid()), *argv]
-    folder = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="sao-vllm-log-"))
+    scratch = Path(tempfile.mkdtemp(prefix="sao-vllm-"))
+    folder = Path(log_dir) if log_dir else scratch
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{name.replace(' ', '-')}.log"
+    (scratch / "tmp").mkdir()
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**engine_base_environment(), "PYTHONUNBUFFERED": "1", **env})
-    server = Server(process, port, log, name)
+                                   env={**engine_base_environment(), "PYTHONUNBUFFERED": "1",
+                                        "TMPDIR": str(scratch / "tmp"), **_kept_caches(), **env})
+    server = Server(process, port, log, name, scratch)
     atexit.register(server.close)
     server.wait_ready(server.healthy, timeout_s)
     return server
