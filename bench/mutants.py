@@ -2,6 +2,7 @@
 
     python bench/mutants.py --since 1cf44aa --count 30 --seed 5 --out /tmp/mutants [--wider] [--tests-at COMMIT]
                             [--operators tokens|all|hand] [--plan-only]
+    python bench/mutants.py --since 1cf44aa --planted PLANTED.jsonl --out DIR --wider    (bugs planted by hand)
 
 The lines: every line of ``sao_env`` that ``git diff -U0 SINCE TESTS_AT`` adds (``--tests-at``, default HEAD) and
 that holds a token one of the operators below can change (so no comment, docstring, import, decorator or
@@ -26,6 +27,10 @@ longer imports, so that pytest cannot start, is caught too); it survives when th
 that no targeted test pins, or a change that does not alter behaviour (an equivalent mutant): each needs a look.
 A module that no test file imports is run against every fast test (``-m "not slow"``), as is a survivor with
 ``--wider``.
+
+``--planted FILE`` runs changes planted by hand instead of drawn ones (a JSON line each: ``file``, ``line``, ``old``,
+the exact text on that line, ``new`` and ``why``), through the same tests; the file is the round's plan, written
+before any run.
 
 Writes OUT/plan.jsonl (the drawn mutants, before any run) and OUT/mutants.jsonl (one row per mutant: file, line,
 old and new token, operator, test files, outcome, seconds), skipping the rows already there, so that an
@@ -278,6 +283,27 @@ def sample(since: str, at: str, count: int, seed: int, operators: str = "tokens"
     return [rng.choice(by_line[key]) for key in chosen]
 
 
+def read_planted(path: Path, at: str) -> list[Mutant]:
+    """Changes planted by hand (``--planted``), each checked against the file at commit ``at``: ``old`` must occur
+    exactly once on its line (or at ``col``), and the change must compile and change the syntax tree."""
+    mutants = []
+    for number, text in enumerate(Path(path).read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        row = json.loads(text)
+        source = subprocess.run(["git", "show", f"{at}:{row['file']}"], cwd=ROOT, check=True, capture_output=True,
+                                text=True).stdout
+        line = source.splitlines()[row["line"] - 1]
+        col = row.get("col", line.find(row["old"]))
+        if col < 0 or (row.get("col") is None and line.count(row["old"]) != 1):
+            raise ValueError(f"line {number}: {row['old']!r} is not once on {row['file']}:{row['line']}")
+        mutant = Mutant(row["file"], row["line"], col, "planted: " + row.get("why", ""), row["old"], row["new"])
+        if not changes_the_tree(ast.dump(ast.parse(source)), apply(source, mutant)):
+            raise ValueError(f"line {number}: the change does not compile or does not change the syntax tree")
+        mutants.append(mutant)
+    return mutants
+
+
 def test_files(path: str, root: Path = ROOT) -> list[str]:
     """The test files under ``root`` that import the module at ``path``."""
     dotted = path[:-3].replace("/", ".").removesuffix(".__init__")
@@ -341,6 +367,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per mutant before it counts as caught")
     parser.add_argument("--wider", action="store_true", help="run a survivor again against every fast test")
     parser.add_argument("--plan-only", action="store_true", help="write the drawn mutants (plan.jsonl) and stop")
+    parser.add_argument("--planted", type=Path, help="run these changes instead of drawing: a JSON-lines file of "
+                        "{file, line, old, new, why} planted by hand (old: the exact text on that line)")
     args = parser.parse_args(argv)
     commits = {}
     for flag, name in (("--since", args.since), ("--tests-at", args.tests_at)):
@@ -352,7 +380,15 @@ def main(argv: list[str]) -> int:
         commits[flag] = found.stdout.strip()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background by a script
     args.out.mkdir(parents=True, exist_ok=True)
-    mutants = sample(commits["--since"], commits["--tests-at"], args.count, args.seed, args.operators)
+    if args.planted:
+        try:
+            mutants = read_planted(args.planted, commits["--tests-at"])
+        except (OSError, ValueError) as err:
+            print(f"mutants: --planted {args.planted}: {err}", file=sys.stderr)
+            return 2
+        args.operators = "hand-planted"
+    else:
+        mutants = sample(commits["--since"], commits["--tests-at"], args.count, args.seed, args.operators)
     with (args.out / "plan.jsonl").open("w") as f:
         for m in mutants:
             f.write(json.dumps({**asdict(m), "key": m.key, "since": commits["--since"],

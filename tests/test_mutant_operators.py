@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 
 import pytest
 
@@ -66,3 +68,22 @@ def test_columns_count_characters_after_non_ascii_text():
     found = mutants.slips("m.py", source, {2})
     swapped = [m for m in found if m.operator == "swap args"]
     assert swapped and mutants.apply(source, swapped[0]).splitlines()[1].endswith("return g(alphas, alpha)")
+
+
+def test_bugs_planted_by_hand_are_read_against_the_named_commit(tmp_path):
+    """``--planted``: each change is checked against the file at the commit; ``old`` once on its line."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    source = subprocess.run(["git", "show", f"{head}:sao_env/errors.py"], capture_output=True, text=True,
+                            check=True).stdout.splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "n=3, cutoff=0.6" in text)
+    planted = tmp_path / "planted.jsonl"
+    good = {"file": "sao_env/errors.py", "line": line, "old": "cutoff=0.6", "new": "cutoff=0.9", "why": "stricter"}
+    planted.write_text(json.dumps(good) + "\n")
+    [mutant] = mutants.read_planted(planted, head)
+    assert (mutant.line, mutant.old, mutant.new, mutant.operator) == (line, "cutoff=0.6", "cutoff=0.9", "planted: stricter")
+    assert source[line - 1][mutant.col:].startswith("cutoff=0.6")
+    for bad, message in (({**good, "old": "cutoff=0.7"}, "is not once"), ({**good, "old": "n", "new": "m"}, "is not once"),
+                         ({**good, "new": "cutoff=0.6 "}, "does not change")):
+        planted.write_text(json.dumps(bad) + "\n")
+        with pytest.raises(ValueError, match=message):
+            mutants.read_planted(planted, head)
