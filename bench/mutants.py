@@ -325,11 +325,13 @@ WIDER = ["tests", "-m", "not slow", "-n", "2", "--dist", "loadfile"]
 def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str]:
     env = {**os.environ, "PYTHONPATH": str(worktree), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args],
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *args],
                               cwd=worktree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "caught (timeout)", ""
     tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
+    failing = [line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    tail = "; ".join([tail, *failing[:3]])  # which test caught it: a catch by a test unrelated to the change needs a look
     failed = (done.returncode == 1 or done.returncode in (3, 4)  # a test failed; the suite could not even start
               or (done.returncode == 2 and re.search(r"\b\d+ (failed|errors?)\b", tail)))  # -x under xdist stops with 2
     return ("survived" if done.returncode == 0 else "caught" if failed else f"error {done.returncode}"), tail
