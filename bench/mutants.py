@@ -33,7 +33,7 @@ the exact text on that line, ``new`` and ``why``), through the same tests; the f
 before any run.
 
 Writes OUT/plan.jsonl (the drawn mutants, before any run) and OUT/mutants.jsonl (one row per mutant: file, line,
-old and new token, operator, test files, outcome, seconds), skipping the rows already there, so that an
+old and new token, operator, test files, outcome, the tests that failed, seconds), skipping the rows already there, so that an
 interrupted round resumes; prints progress and a summary.
 """
 
