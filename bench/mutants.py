@@ -22,9 +22,12 @@ the module's syntax tree.
 
 The tests: the test files that import the changed module (its dotted name, or ``from PACKAGE import NAME``),
 slow ones included, stopped at the first failure, in a git worktree of TESTS_AT holding the one change (the
-checkout is never touched). A mutant is caught when pytest fails or runs past ``--timeout`` (a module that no
-longer imports, so that pytest cannot start, is caught too); it survives when they pass. A survivor is a line
-that no targeted test pins, or a change that does not alter behaviour (an equivalent mutant): each needs a look.
+checkout is never touched; ``OUT/shared`` links the checkout's ``../shared``, whose benchmark rows the tests read).
+A mutant is caught when a test fails that passes without the change (each failing test is run again on the
+unchanged code; one that fails there too is deselected and the tests run again), or when pytest runs past
+``--timeout`` (a module that no longer imports, so that pytest cannot start, is caught too); it survives when they
+pass. A survivor is a line that no targeted test pins, or a change that does not alter behaviour (an equivalent
+mutant): each needs a look.
 A module that no test file imports is run against every fast test (``-m "not slow"``), as is a survivor with
 ``--wider``.
 
@@ -322,36 +325,58 @@ WIDER = ["tests", "-m", "not slow", "-n", "2", "--dist", "loadfile"]
 """``--wider``: a survivor of its targeted files runs again against every fast test (``make test-fast``)."""
 
 
-def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str]:
+def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(worktree), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *args],
                               cwd=worktree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "caught (timeout)", ""
+        return "caught (timeout)", "", []
     tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-300:]
-    failing = [line.split(" - ")[0] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
-    tail = "; ".join([tail, *failing[:3]])  # which test caught it: a catch by a test unrelated to the change needs a look
+    failing = [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines()
+               if line.startswith(("FAILED ", "ERROR "))]
     failed = (done.returncode == 1 or done.returncode in (3, 4)  # a test failed; the suite could not even start
               or (done.returncode == 2 and re.search(r"\b\d+ (failed|errors?)\b", tail)))  # -x under xdist stops with 2
-    return ("survived" if done.returncode == 0 else "caught" if failed else f"error {done.returncode}"), tail
+    return ("survived" if done.returncode == 0 else "caught" if failed else f"error {done.returncode}"), tail, failing
+
+
+def _caught_by(tests: list[str], target: Path, original: str, mutated: str, worktree: Path,
+               timeout: int) -> tuple[str, str, list[str]]:
+    """Run ``tests`` on the changed code; a test that fails is checked again on the unchanged code, and one that fails
+    there too (a test that cannot pass in the worktree: a missing data folder, say) is deselected and the run made
+    again. So a catch is a test that passes without the change and fails with it."""
+    broken: list[str] = []
+    while True:
+        target.write_text(mutated)
+        outcome, tail, failing = _pytest([*tests, *(f"--deselect={t}" for t in broken)], worktree, timeout)
+        target.write_text(original)
+        if not outcome.startswith("caught") or not failing:
+            return outcome, tail, broken
+        again, _, still = _pytest(failing, worktree, timeout)
+        if again == "survived":
+            return outcome, "; ".join([tail, *failing[:3]]), broken
+        broken += still or failing
+        if len(broken) > 5:
+            return "error (tests fail without the change)", "; ".join(broken), broken
 
 
 def run_one(mutant: Mutant, worktree: Path, timeout: int, wider: bool) -> dict:
     target = worktree / mutant.file
     original = target.read_text()
-    target.write_text(apply(original, mutant))
+    mutated = apply(original, mutant)
     tests = test_files(mutant.file, worktree)
     started = time.monotonic()
     try:
-        outcome, tail = _pytest(tests or WIDER, worktree, timeout)
+        outcome, tail, broken = _caught_by(tests or WIDER, target, original, mutated, worktree, timeout)
         if outcome == "survived" and wider and tests:
-            outcome, tail = _pytest(WIDER, worktree, timeout)
+            outcome, tail, more = _caught_by(WIDER, target, original, mutated, worktree, timeout)
+            broken += more
             outcome = "caught (wider)" if outcome == "caught" else outcome
     finally:
         target.write_text(original)
     return {**asdict(mutant), "key": mutant.key, "old_line": original.splitlines()[mutant.line - 1].strip(),
-            "tests": tests or WIDER, "outcome": outcome, "pytest": tail, "seconds": round(time.monotonic() - started, 1)}
+            "tests": tests or WIDER, "outcome": outcome, "pytest": tail, "failing_without_the_change": broken,
+            "seconds": round(time.monotonic() - started, 1)}
 
 
 def main(argv: list[str]) -> int:
@@ -401,6 +426,9 @@ def main(argv: list[str]) -> int:
     ledger = args.out / "mutants.jsonl"
     done = {json.loads(line)["key"]: json.loads(line) for line in ledger.read_text().splitlines()} if ledger.exists() else {}
     worktree = args.out / "worktree"
+    shared = ROOT.parent / "shared"
+    if shared.is_dir() and not (args.out / "shared").exists():  # the tests read ../shared/data beside the checkout
+        (args.out / "shared").symlink_to(shared)
     if not worktree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commits["--tests-at"]], cwd=ROOT,
                        check=True, capture_output=True)
