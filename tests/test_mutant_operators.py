@@ -87,3 +87,21 @@ def test_bugs_planted_by_hand_are_read_against_the_named_commit(tmp_path):
         planted.write_text(json.dumps(bad) + "\n")
         with pytest.raises(ValueError, match=message):
             mutants.read_planted(planted, head)
+
+
+def test_a_catch_is_a_test_that_passes_without_the_change(tmp_path):
+    """A test that fails on the unchanged code too (a missing data folder, say) is no catch: it is deselected and
+    the tests run again, so only a test that the change breaks catches it."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a_broken.py").write_text("def test_needs_data():\n    assert False\n")
+    (tmp_path / "tests" / "test_b_value.py").write_text("from value import VALUE\n\n\ndef test_value():\n"
+                                                        "    assert VALUE == 1\n")
+    target = tmp_path / "value.py"
+    original = "VALUE = 1\n"
+    target.write_text(original)
+    tests = ["tests/test_a_broken.py", "tests/test_b_value.py"]
+    outcome, tail, broken = mutants._caught_by(tests, target, original, "VALUE = 2\n", tmp_path, 120)
+    assert (outcome, broken) == ("caught", ["tests/test_a_broken.py::test_needs_data"])
+    assert "tests/test_b_value.py::test_value" in tail and target.read_text() == original
+    outcome, _, broken = mutants._caught_by(tests, target, original, "VALUE = 1  # same\n", tmp_path, 120)
+    assert (outcome, broken) == ("survived", ["tests/test_a_broken.py::test_needs_data"])
