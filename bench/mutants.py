@@ -340,12 +340,16 @@ def _pytest(args: list[str], worktree: Path, timeout: int) -> tuple[str, str, li
     return ("survived" if done.returncode == 0 else "caught" if failed else f"error {done.returncode}"), tail, failing
 
 
+BROKEN: list[str] = []
+"""Tests found failing on the unchanged code in this round's worktree, deselected from the start for later mutants."""
+
+
 def _caught_by(tests: list[str], target: Path, original: str, mutated: str, worktree: Path,
                timeout: int) -> tuple[str, str, list[str]]:
     """Run ``tests`` on the changed code; a test that fails is checked again on the unchanged code, and one that fails
     there too (a test that cannot pass in the worktree: a missing data folder, say) is deselected and the run made
     again. So a catch is a test that passes without the change and fails with it."""
-    broken: list[str] = []
+    broken = [t for t in BROKEN if t.split("::")[0] in tests or WIDER[0] in tests]
     while True:
         target.write_text(mutated)
         outcome, tail, failing = _pytest([*tests, *(f"--deselect={t}" for t in broken)], worktree, timeout)
@@ -356,6 +360,7 @@ def _caught_by(tests: list[str], target: Path, original: str, mutated: str, work
         if again == "survived":
             return outcome, "; ".join([tail, *failing[:3]]), broken
         broken += still or failing
+        BROKEN.extend(still or failing)
         if len(broken) > 5:
             return "error (tests fail without the change)", "; ".join(broken), broken
 
