@@ -9,9 +9,8 @@ vLLM lives in its own environment (docs/runtime.md, "vLLM in its own environment
 - vLLM's own OpenAI-compatible server (what ``vllm serve`` starts), for ``eval --backend vllm`` and the LLM judge.
 
 Each writes its log to a file; a server that exits or is not ready in time is one line that quotes its log's last
-error line. Without a log folder from the caller, a server's log and its temporary files (``TMPDIR``: vLLM leaves
-its process-group files there) go to a temporary folder of its own, removed when the server is closed after serving
-without an error and kept when it failed, since the error names the log. Servers are stopped when the ``Server`` is closed or this process exits, and on Linux when it is killed
+error line. Without a log folder from the caller, a server's log goes to a temporary folder of its own, removed
+when the server is closed after serving without an error and kept when it failed, since the error names the log. Servers are stopped when the ``Server`` is closed or this process exits, and on Linux when it is killed
 (``ORPHAN_GUARD``). A server is started from the thread that will outlive it (the main one): Linux signals the
 death of the starting thread.
 """
@@ -19,10 +18,8 @@ death of the starting thread.
 from __future__ import annotations
 
 import atexit
-import getpass
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -97,8 +94,8 @@ class Server:
     log: Path
     name: str
     scratch: Path | None = None
-    """A temporary folder of the server's own (its ``TMPDIR``, and its log when the caller named no folder),
-    removed when the server is closed or found dead, unless it holds the log of a server that failed."""
+    """The temporary folder of the server's log when the caller named no folder: removed when the server is closed
+    after serving, kept when it failed (its error names the log)."""
     failed: bool = False
     _closed: bool = field(default=False, repr=False)
 
@@ -197,30 +194,19 @@ def engine_base_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in PINNED_ENV and k not in NUMPY_VARIABLES}
 
 
-def _kept_caches() -> dict[str, str]:
-    """torch's compile cache where it would be without the server's own ``TMPDIR`` (under the system's temporary
-    folder), so that a compiled engine's next start finds it."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return {}
-    user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())  # torch's own default name
-    return {"TORCHINDUCTOR_CACHE_DIR": str(Path(tempfile.gettempdir()) / f"torchinductor_{user}")}
-
-
 def _start(argv: list[str], *, port: int, name: str, env: dict[str, str], log_dir: Path | None,
            timeout_s: float) -> Server:
     """Run ``argv`` (the vLLM environment's Python first) with its output in ``<log_dir>/<name>.log``, stopped when
     this process exits, and wait until it answers ``GET /health``."""
     if sys.platform.startswith("linux"):
         argv = [argv[0], "-c", ORPHAN_GUARD, str(os.getpid()), *argv]
-    scratch = Path(tempfile.mkdtemp(prefix="sao-vllm-"))
+    scratch = None if log_dir else Path(tempfile.mkdtemp(prefix="sao-vllm-log-"))
     folder = Path(log_dir) if log_dir else scratch
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{name.replace(' ', '-')}.log"
-    (scratch / "tmp").mkdir()
     with open(log, "ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**engine_base_environment(), "PYTHONUNBUFFERED": "1",
-                                        "TMPDIR": str(scratch / "tmp"), **_kept_caches(), **env})
+                                   env={**engine_base_environment(), "PYTHONUNBUFFERED": "1", **env})
     server = Server(process, port, log, name, scratch)
     atexit.register(server.close)
     server.wait_ready(server.healthy, timeout_s)
