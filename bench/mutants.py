@@ -349,7 +349,7 @@ def _caught_by(tests: list[str], target: Path, original: str, mutated: str, work
     """Run ``tests`` on the changed code; a test that fails is checked again on the unchanged code, and one that fails
     there too (a test that cannot pass in the worktree: a missing data folder, say) is deselected and the run made
     again. So a catch is a test that passes without the change and fails with it."""
-    broken = [t for t in BROKEN if t.split("::")[0] in tests or WIDER[0] in tests]
+    broken = [t for t in BROKEN if t.split("::")[0] in tests or tests[0] == WIDER[0]]
     while True:
         target.write_text(mutated)
         outcome, tail, failing = _pytest([*tests, *(f"--deselect={t}" for t in broken)], worktree, timeout)
@@ -372,7 +372,9 @@ def run_one(mutant: Mutant, worktree: Path, timeout: int, wider: bool) -> dict:
     tests = test_files(mutant.file, worktree)
     started = time.monotonic()
     try:
-        outcome, tail, broken = _caught_by(tests or WIDER, target, original, mutated, worktree, timeout)
+        parallel = ["-n", "2", "--dist", "loadfile"] if len(tests) > 1 else []  # the module's files, on both cores
+        outcome, tail, broken = _caught_by([*tests, *parallel] if tests else WIDER, target, original, mutated,
+                                           worktree, timeout)
         if outcome == "survived" and wider and tests:
             outcome, tail, more = _caught_by(WIDER, target, original, mutated, worktree, timeout)
             broken += more
