@@ -114,11 +114,16 @@ def test_the_engine_dtype_reaches_the_engine_and_needs_the_vllm_generator(shrunk
     assert (asked["dtype"], asked["version"], asked["seed"]) == ("bfloat16", 0, 0)
 
 
-def test_a_server_that_dies_while_starting_is_one_line_quoting_its_error(monkeypatch, tmp_path):
-    fake = tmp_path / "python"
+def dying_python(monkeypatch, folder) -> None:
+    """Point the vLLM environment at a "python" that prints a start line and an error, then exits with status 3."""
+    fake = folder / "python"
     fake.write_text("#!/bin/sh\necho 'INFO starting'\necho 'RuntimeError: Unsupported CPU attention' >&2\nexit 3\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("SAO_ENV_VLLM_PYTHON", str(fake))
+
+
+def test_a_server_that_dies_while_starting_is_one_line_quoting_its_error(monkeypatch, tmp_path):
+    dying_python(monkeypatch, tmp_path)
     with pytest.raises(UserError) as err:
         process.engine_server(tmp_path, log_dir=tmp_path / "logs", timeout_s=30)
     message = str(err.value)
@@ -127,10 +132,7 @@ def test_a_server_that_dies_while_starting_is_one_line_quoting_its_error(monkeyp
 
 
 def test_a_failed_start_keeps_its_own_log_folder_for_the_message(monkeypatch, tmp_path):
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho \"TMPDIR=$TMPDIR\"\necho 'RuntimeError: Unsupported CPU attention' >&2\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("SAO_ENV_VLLM_PYTHON", str(fake))
+    dying_python(monkeypatch, tmp_path)
     with pytest.raises(UserError) as err:
         process.engine_server(tmp_path, timeout_s=30)
     log = Path(str(err.value).split("its log: ")[1].split(": ")[0])
