@@ -16,8 +16,8 @@ from sao_env.agents.base import Batch
 from sao_env.agents.prompt_baselines import OracleClassAgent, PerPromptAgent
 from sao_env.agents.sao import SAOAgent, SAOConfig
 from sao_env.algos import explained_variance, keyed_baseline_advantages, value_diagnostics
-from sao_env.evaluation.critic_fit import ev_recovery
-from sao_env.evaluation.variance import episode_variance_shares, variance_share
+from sao_env.evaluation.critic_fit import critic_summary, ev_recovery
+from sao_env.evaluation.variance import class_rewards, episode_variance_shares, variance_share
 from sao_env.experiment.config import resolve_config
 from sao_env.scenario import PhaseSpec, PhaseWindow, Scenario, ScenarioSpec
 from sao_env.specs import find_spec, load_yaml
@@ -140,6 +140,46 @@ def test_variance_share_is_eta_squared_by_hand():
     no_ids = episode_variance_shares([{k: v for k, v in r.items() if k not in ("prompt_id", "difficulty_class")}
                                       for r in records])["all"]
     assert no_ids["prompt"]["eta2"] == 1.0 and no_ids["class"] is None  # each task id its own group
+
+
+def test_class_rewards_by_hand_over_the_run_and_its_last_quarter():
+    rows = [("easy", 1), ("easy", 0), ("hard", 0), ("learnable", 1), ("easy", 1), ("hard", 1), ("learnable", 0),
+            ("easy", 1)]
+    records = [{"task": f"t{i}", "reward": r, "difficulty_class": c} for i, (c, r) in enumerate(rows)]
+    records.insert(3, {"task": "unclassed", "reward": 1})  # carries no class: left out of every scope
+    records.insert(5, {"task": "nan", "reward": float("nan"), "difficulty_class": "easy"})
+    got = class_rewards(records)
+    assert got["all"] == {"easy": pytest.approx(3 / 4), "hard": pytest.approx(1 / 2), "learnable": pytest.approx(1 / 2)}
+    # 9 classed records (the NaN one counts as a record); the last ceil(9/4) = 3 are hard=1, learnable=0, easy=1
+    assert got["late"] == {"hard": 1.0, "learnable": 0.0, "easy": 1.0}
+    assert class_rewards(records, late_fraction=1.0)["late"] == got["all"]
+    assert class_rewards([{"task": "t", "reward": 1}]) == {"all": {}, "late": {}}
+    with pytest.raises(ValueError, match="late_fraction"):
+        class_rewards(records, late_fraction=0)
+
+
+def test_a_runs_summary_commits_each_class_reward(tmp_path):
+    """critic_summary (summary.json, hence a grid's per-seed.csv) carries each class's mean reward, overall and
+    late, beside the class's share of the variance, from the run's own episodes.jsonl."""
+    import json
+    rng = np.random.default_rng(3)
+    rates = {"easy": 0.9, "learnable": 0.3, "hard": 0.05}
+    episodes = []
+    for i in range(400):
+        c = ["easy", "learnable", "hard"][int(rng.integers(3))]
+        rate = rates[c] + (0.4 if c == "learnable" and i >= 300 else 0.0)
+        episodes.append({"task": f"t{i}", "prompt_id": f"{c}-{i % 7}", "difficulty_class": c,
+                         "reward": float(rng.random() < rate)})
+    (tmp_path / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"sim_time_s": 1.0}) + "\n")
+    out = critic_summary(tmp_path, SimpleNamespace(windows=[PhaseWindow(0, "mix", 0.0, 3600.0)]))
+    for c in rates:
+        mine = [e["reward"] for e in episodes if e["difficulty_class"] == c]
+        late = [e["reward"] for e in episodes[300:] if e["difficulty_class"] == c]
+        assert out[f"class_reward/{c}"] == pytest.approx(sum(mine) / len(mine))
+        assert out[f"class_reward_late/{c}"] == pytest.approx(sum(late) / len(late))
+    assert out["class_reward_late/learnable"] > out["class_reward/learnable"] + 0.15  # the late rise shows
+    assert 0 < out["variance_share/class_eta2"] < 1
 
 
 def spread_eta2(weights, rates):

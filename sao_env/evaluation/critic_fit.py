@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sao_env.evaluation.variance import episode_variance_shares
+from sao_env.evaluation.variance import class_rewards, episode_variance_shares
 
 EV_KEY = "critic/explained_variance_prefit"
 EV_WINDOW = 10
@@ -67,7 +67,9 @@ def critic_summary(run_dir: str | Path, scenario) -> dict[str, float]:
     """The summary's critic and variance-share figures from a run directory's logs: ``ev_recovery`` of
     metrics.jsonl, and where episodes.jsonl records prompt identities (``prompt_id``) the run's shares of
     reward variance explained by the prompt and by the difficulty class (``variance_share/prompt_eta2``,
-    ``variance_share/prompt_epsilon2``, ``variance_share/class_eta2``; ``sao_env.evaluation.variance``)."""
+    ``variance_share/prompt_epsilon2``, ``variance_share/class_eta2``; ``sao_env.evaluation.variance``), and
+    where episodes carry a hidden class each class's mean reward over the run and over its last quarter of
+    episodes (``class_reward/<class>``, ``class_reward_late/<class>``; ``variance.class_rewards``)."""
     run_dir = Path(run_dir)
 
     def read(name: str) -> list[dict]:
@@ -83,4 +85,9 @@ def critic_summary(run_dir: str | Path, scenario) -> dict[str, float]:
         if shares["class"] is not None:
             out["variance_share/class_eta2"] = nan(shares["class"]["eta2"])
             out["variance_share/class_epsilon2"] = nan(shares["class"]["epsilon2"])
+    by_class = class_rewards(episodes)
+    for c, mean in by_class["all"].items():
+        out[f"class_reward/{c}"] = mean
+    for c, mean in by_class["late"].items():
+        out[f"class_reward_late/{c}"] = mean
     return out

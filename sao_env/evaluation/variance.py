@@ -81,6 +81,26 @@ def episode_variance_shares(records: Iterable[dict], *, by_phase: bool = True) -
     return out
 
 
+def class_rewards(records: Iterable[dict], *, late_fraction: float = 0.25) -> dict[str, dict[str, float]]:
+    """Each hidden class's mean reward over ``episodes.jsonl`` records that carry a ``difficulty_class``:
+    ``{"all": {class: mean}, "late": {class: mean}}``, ``late`` over the last ``late_fraction`` of those
+    records in file order (completion order). Non-finite rewards are left out; a class with none in a scope
+    is absent from it. These are the numbers the class shares summarize, committed so that statements
+    about one class's reward can be checked."""
+    if not 0 < late_fraction <= 1:
+        raise ValueError(f"late_fraction must be in (0, 1], got {late_fraction}")
+    classed = [(r["difficulty_class"], float(r["reward"])) for r in records if r.get("difficulty_class") is not None]
+    late_start = len(classed) - math.ceil(late_fraction * len(classed))
+    out: dict[str, dict[str, float]] = {}
+    for scope, rows in (("all", classed), ("late", classed[late_start:])):
+        by_class: dict[str, list[float]] = defaultdict(list)
+        for c, r in rows:
+            if math.isfinite(r):
+                by_class[str(c)].append(r)
+        out[scope] = {c: math.fsum(rs) / len(rs) for c, rs in sorted(by_class.items())}
+    return out
+
+
 def run_variance_shares(run_dir: str | Path, **options) -> dict[str, dict]:
     """``episode_variance_shares`` of a run directory's ``episodes.jsonl``."""
     path = Path(run_dir) / "episodes.jsonl"
