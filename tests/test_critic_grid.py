@@ -88,3 +88,50 @@ def test_the_follow_up_separates_where_the_value_is_read_on_a_pool_whose_prompts
     rng = np.random.default_rng(0)
     for t in (10.0, 500.0):  # each phase: 400 draws from its 64 prompts
         assert len({scenario.next_task(t, rng, i).prompt for i in range(400)}) == 64
+
+
+SPREAD = Path(__file__).resolve().parents[1] / "leaderboards" / "critic-spread" / "grid.yaml"
+
+
+def test_the_spread_follow_up_has_one_unreachable_class_in_one_cell_and_only_learnable_ones_in_the_other():
+    """critic-spread-u50: no response the policy could learn from any prompt earns the hard class a reward (its
+    rewarded style is in no prompt's list, no warm-start demonstration, no other class's reward), while easy and
+    learnable prompts are graded 1 in their rewarded style; critic-spread-rates: every class's rewarded style is
+    on its own prompt's list. Graded by the scenario's own grader; one warm start with critic-spread."""
+    import numpy as np
+
+    from sao_env.graders.style import grade_style_match
+    from sao_env.scenario import Scenario
+    from sao_env.tasks.arithmetic import STYLES, render
+
+    plan = plan_grid(load_grid(SPREAD))
+    spec = plan.spec
+    assert [r.label for r in spec.rows] == ["running_mean", "class_mean", "sao"]
+    assert len(plan.runs) == 3 * 2 * 20 and min_seeds(4) <= len(spec.seeds) and not spec.post_hoc
+    configs = {(run.scenario, run.row): run.plan.config for run in plan.runs if run.seed == 0}
+    assert {c.agent.hparams["episodes_per_update"] for c in configs.values()} == {8}
+    assert configs[("critic-spread-u50", "class_mean")].agent.algorithm == "oracle_class"
+    reference = plan_grid(load_grid(Path(__file__).resolve().parents[1] / "leaderboards" / "critic" / "grid.yaml"))
+    map_warm = next(r.plan.config.env.warm_start for r in reference.runs if r.scenario == "critic-map-s50")
+    rng = np.random.default_rng(0)
+    taught = {s for w in map_warm.sources for s in w.params["candidates"]}
+    for cell in ("critic-spread-u50", "critic-spread-rates"):
+        env = configs[(cell, "running_mean")].env
+        assert env.warm_start == map_warm and sum(p.duration_h for p in env.phases) == 0.3
+        tasks = [Scenario(env).next_task(10.0, rng, i) for i in range(600)]
+        by_class: dict[str, list] = {}
+        for task in tasks:
+            by_class.setdefault(task.metadata["difficulty_class"], []).append(task)
+        listed = {s for t in tasks for s in t.reference["candidates"]}
+        for name, group in by_class.items():
+            task = group[0]
+            wanted = task.reference["style"]
+            grades = {s: grade_style_match(task, render(s, task.reference["answer"])).reward for s in STYLES}
+            assert grades == {s: float(s == wanted) for s in STYLES}, (cell, name)
+            if cell == "critic-spread-u50" and name == "hard":
+                assert wanted not in listed | taught and not any(t.reference["style"] == wanted for t in tasks
+                                                                  if t.metadata["difficulty_class"] != "hard")
+            else:
+                assert wanted in task.reference["candidates"], (cell, name)
+        assert set(by_class) == ({"easy", "learnable", "hard"} if cell == "critic-spread-u50"
+                                 else {"quick", "medium", "slow"})

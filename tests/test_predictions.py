@@ -184,3 +184,18 @@ def test_the_critic_follow_ups_predictions_are_its_grid_headers_word_for_word():
     grid = yaml.safe_load(header)
     assert all({*p.rows} <= {r["label"] for r in grid["rows"]} and p.cell in grid["scenarios"]
                for p in spec_.predictions)
+
+
+def test_the_spread_follow_ups_predictions_are_its_grid_headers_word_for_word():
+    """predictions.yaml restates the spread follow-up grid.yaml's pre-registered G1-G4: cells, contrasts, signs."""
+    header = (REPO / "leaderboards" / "critic-spread" / "grid.yaml").read_text()
+    written = {m.group(1): (m.group(2), m.group(3).strip(), m.group(4), m.group(5).strip())
+               for m in re.finditer(r"^#[ \t]+(G\d)[ \t]+(\S+)[ \t]+(\S+ - \S+)[ \t]+([<>])[ \t]+0\b[ \t]*(.*)$", header, re.M)}
+    spec_ = load_predictions(REPO / "leaderboards" / "critic-spread" / "predictions.yaml")
+    assert [p.id for p in spec_.predictions] == sorted(written) == ["G1", "G2", "G3", "G4"]
+    for p in spec_.predictions:
+        assert (p.cell, p.contrast, p.sign, p.why) == written[p.id], p.id
+    grid = yaml.safe_load(header)
+    assert all({*p.rows} <= {r["label"] for r in grid["rows"]} and p.cell in grid["scenarios"]
+               for p in spec_.predictions)
+    assert 2 / 2 ** len(grid["seeds"]) <= spec_.alpha / len(spec_.predictions)
