@@ -449,8 +449,8 @@ def matrix_html(found: list[Place]) -> str:
             (BEHIND, "", "behind"), ("none", "·", "not run")]
     legend = ('<p class="legend">' + " ".join(f'<span class="key"><span class="sw s-{k}">{mark}</span>{words}</span>'
                                               for k, mark, words in keys)
-              + f' <span class="muted">· {e(column_format(SORT_KEY).title)}, mean over seeds; hover a cell for its 95% '
-              "interval and rank; supported: after each table's own correction (Holm over its pairs).</span></p>")
+              + f' <span class="muted">· {e(column_format(SORT_KEY).title)}, mean over seeds (hover: 95% interval, '
+              "rank); supported: after Holm over each table's pairs.</span></p>")
     return (f'<div id="matrix" class="matrix"><h2 class="matrix-title">Who wins where</h2>{legend}'
             f'<div class="wrap"><table id="matrix-table"><thead><tr>{"".join(top)}</tr><tr>{"".join(heads)}</tr>'
             f"</thead><tbody>{''.join(rows)}</tbody></table></div></div>")
@@ -468,7 +468,8 @@ def matrix_markdown(found: list[Place], prefix: str = "", heading: str = "##") -
         mine = [p for p in found if p.group == g]
         axes = _axes_words(mine)
         where = "" if g == "boards" else f" ([{g}/]({prefix}{g}/README.md))"
-        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else 'cells of the ' + _short_title(title)}"
+        noun = "cell" if len(mine) == 1 else "cells"
+        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title)}"
                        f"{where}" + (f" ({axes})" if axes else ""))
     lines = [f"{heading} Who wins where", "",
              f"{column_format(SORT_KEY).title.capitalize()}, mean over seeds, and `#rank of m` as each table's own "
