@@ -31,10 +31,12 @@ COMMITTED_LINES = [
     "**Multi-turn scenarios** (codebase-drift and tool-drift): sao leads with support on tool-drift (+0.070 over "
     "running_mean, the next best; Holm p 0.012); on codebase-drift no lead is supported (running_mean first by the "
     "means; supported: running_mean > grpo at Holm p 0.023).",
-    "**Maps of recipes** (Critic map, 6 cells; Critic map follow-up, 1 cell; Regime map of single-rollout "
-    "asynchrony, 10 cells): sao and sao_lambda1 share a supported lead on the multi-turn cells critic-horizon-k1 (the "
-    "tool-drift board's runs, and 3 more recipes), critic-horizon-k3 and critic-horizon-k3-pool64; in the other 14 "
-    "cells, all single-turn, no lead is supported (first place is a tie).",
+    "**Maps of recipes** (Critic map, 6 cells; Critic map follow-up (critic-followup/), 1 cell; Critic map follow-up "
+    "(critic-spread/), 2 cells; Regime map of single-rollout asynchrony, 10 cells): sao and sao_lambda1 share a "
+    "supported lead on the multi-turn cells critic-horizon-k1 (the tool-drift board's runs, and 3 more recipes), "
+    "critic-horizon-k3 and critic-horizon-k3-pool64; class_mean leads with support on the single-turn cell "
+    "critic-spread-rates, ahead of the other 2 recipes; in the other 15 cells, all single-turn, no lead is supported "
+    "(first place is a tie).",
 ]
 """What the committed tables say, as the generator writes it."""
 
@@ -52,11 +54,15 @@ def test_the_lines_of_the_committed_tables(committed):
     assert {p.name: p.leaders for p in boards} == {"style-drift": [], "codebase-drift": [], "tool-drift": ["sao"],
                                                    "topic-drift": ["running_mean"]}
     cells = [p for p in committed if p.board is None]
-    assert len(cells) == 17 and {p.group for p in cells} == {"critic", "critic-followup", "regimes"}  # ablations
-    # and stress vary settings; the spread follow-up and the real-model board are not complete
-    assert [p.name for p in cells if p.leaders] == ["critic-horizon-k1", "critic-horizon-k3", "critic-horizon-k3-pool64"]
+    assert len(cells) == 19 and {p.group for p in cells} == {"critic", "critic-followup", "critic-spread", "regimes"}
+    # (ablations and stress vary settings; the real-model board is not complete)
+    assert [p.name for p in cells if p.leaders] == ["critic-horizon-k1", "critic-horizon-k3", "critic-horizon-k3-pool64",
+                                                    "critic-spread-rates"]
     columns = finding.matrix_markdown(committed)[2]
-    assert "; 1 cell of the Critic map follow-up (" in columns and "; 6 cells of the Critic map (" in columns
+    assert "; 1 cell of the Critic map follow-up ([critic-followup/](" in columns
+    assert "; 2 cells of the Critic map follow-up ([critic-spread/](" in columns and "; 6 cells of the Critic map (" in columns
+    html = finding.matrix_html(committed)
+    assert ">critic-followup/</a>" in html and ">critic-spread/</a>" in html and ">Critic map</a>" in html
     assert [(p.name, p.repeats) for p in cells if p.repeats] == [("critic-horizon-k1", "tool-drift")]
 
 

@@ -329,7 +329,8 @@ def _boards_words(mine: list[Place]) -> str:
 
 def _maps_line(cells: list[Place]) -> str:
     groups = list(dict.fromkeys((p.group, p.group_title) for p in cells))
-    head = "; ".join(f"{_short_title(title)}, {sum(p.group == g for p in cells)} cell"
+    titles = [title for _, title in groups]
+    head = "; ".join(f"{_short_title(title, g, titles)}, {sum(p.group == g for p in cells)} cell"
                      f"{'s' if sum(p.group == g for p in cells) != 1 else ''}" for g, title in groups)
     led = [p for p in cells if p.leaders]
     rest = [p for p in cells if not p.leaders]
@@ -416,7 +417,7 @@ def matrix_html(found: list[Place]) -> str:
     top = ['<th class="corner" rowspan="2">recipe</th>']
     for g, title, anchor in groups:
         span = sum(p.group == g for p in found)
-        words = title if g == "boards" else _short_title(title)
+        words = title if g == "boards" else _short_title(title, g, [t for _, t, _ in groups], compact=True)
         mine = [p for p in found if p.group == g]
         axes = _axes_words(mine)
         href = anchor if anchor.startswith("#") else f"#{anchor}"
@@ -468,8 +469,8 @@ def matrix_markdown(found: list[Place], prefix: str = "", heading: str = "##") -
         mine = [p for p in found if p.group == g]
         axes = _axes_words(mine)
         where = "" if g == "boards" else f" ([{g}/]({prefix}{g}/README.md))"
-        noun = "cell" if len(mine) == 1 else "cells"
-        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title)}"
+        noun = "cell" if len(mine) == 1 else "cells"  # the link beside the title tells same-titled maps apart
+        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title, g, [title])}"
                        f"{where}" + (f" ({axes})" if axes else ""))
     lines = [f"{heading} Who wins where", "",
              f"{column_format(SORT_KEY).title.capitalize()}, mean over seeds, and `#rank of m` as each table's own "
@@ -582,9 +583,14 @@ def _axes_words(mine: list[Place]) -> str:
     return f"{scenario}: {' · '.join(axes)}"
 
 
-def _short_title(title: str) -> str:
-    """A map's title up to its colon: ``Critic map: when a learned value pays`` is ``Critic map``."""
-    return title.split(":", 1)[0].strip()
+def _short_title(title: str, group: str, titles: list[str], *, compact: bool = False) -> str:
+    """A map's title up to its colon (``Critic map: when a learned value pays`` is ``Critic map``); where another
+    of ``titles`` shares that part, it is told apart by its folder: ``Critic map follow-up (critic-spread/)``, or
+    only ``critic-spread/`` when ``compact`` (a narrow column's header)."""
+    short = title.split(":", 1)[0].strip()
+    if sum(t.split(":", 1)[0].strip() == short for t in titles) < 2:
+        return short
+    return f"{group}/" if compact else f"{short} ({group}/)"
 
 
 def _breaks(text: str) -> str:

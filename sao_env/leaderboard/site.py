@@ -88,10 +88,10 @@ ul.findings{font-size:16px;max-width:1180px;margin:8px 0 4px;padding-left:1.1em}
 p.legend{font-size:13px;margin:2px 0;max-width:none}.key{white-space:nowrap;margin-right:8px}
 .sw{display:inline-block;width:1.2em;height:1em;vertical-align:-2px;border:1px solid var(--line);margin-right:3px;
 font-size:11px;line-height:1em;text-align:center}
-#matrix-table{font-size:13px;margin:4px 0}#matrix-table th,#matrix-table td{padding:1px 5px;line-height:1.25}
+#matrix-table{font-size:12px;margin:4px 0}#matrix-table th,#matrix-table td{padding:1px 4px;line-height:1.25}
 #matrix-table th{cursor:default;position:static;min-width:0;max-width:none;text-align:center;font-weight:600}
 #matrix-table th:after{content:none}#matrix-table th a{color:inherit;text-decoration:none}
-#matrix-table th.group{border-bottom:0}#matrix-table th.place{font-weight:400;font-size:12px}
+#matrix-table th.group{border-bottom:0}#matrix-table th.place{font-weight:400;font-size:11px}
 #matrix-table th.arm,#matrix-table th.corner{position:sticky;left:0;z-index:1;background:#fff;text-align:left}
 #matrix-table th.corner{background:var(--head)}
 td.mx{text-align:right}.gstart{border-left:2px solid #c8cfda}
