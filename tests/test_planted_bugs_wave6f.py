@@ -153,3 +153,20 @@ def test_the_forge_reset_removes_ignored_files_outside_the_package(tmp_path):
     assert not (repo / "tests" / "conftest.py").exists()
     assert (repo / "tests" / "test_x.py").read_text() == "def test_x():\n    assert True\n"
     assert (repo / "tally" / "__init__.py").read_text() == "X = 2\n" and (repo / "tally" / "helper.pth").exists()
+
+
+def test_the_eval_command_checks_each_judge_limit_under_its_own_flag():
+    """Changed: ``_check_limits(http_retries, None, grader_deadline, max_reply_bytes)`` -> the last two swapped in
+    the eval command's options: a judge deadline under a second is valid (it is not a byte count), a deadline of 0
+    is refused by its own flag's name, and a reply cap of 0 bytes by its own."""
+    from sao_env.cli.benchmarks import _options
+    from sao_env.errors import UserError
+
+    common = dict(k=1, limit=1, max_new_tokens=8, temperature=0.0, top_p=1.0, seed=0, grader="math", grader_model=None,
+                  grader_base_url=None, grader_api_key=None, grading_timeout=10, leaderboard=None, progress=False)
+    assert _options(grader_deadline=0.5, max_reply_bytes=None, **common).k == 1
+    assert _options(grader_deadline=None, max_reply_bytes=2, **common).k == 1
+    with pytest.raises(UserError, match=r"^--grader-deadline must be greater than 0$"):
+        _options(grader_deadline=0, max_reply_bytes=4096, **common)
+    with pytest.raises(UserError, match=r"^--max-reply-bytes must be at least 1$"):
+        _options(grader_deadline=30, max_reply_bytes=0, **common)
