@@ -93,7 +93,7 @@ def test_the_follow_up_separates_where_the_value_is_read_on_a_pool_whose_prompts
 SPREAD = Path(__file__).resolve().parents[1] / "leaderboards" / "critic-spread" / "grid.yaml"
 
 
-def test_the_spread_follow_up_has_one_unreachable_class_in_one_cell_and_only_learnable_ones_in_the_other():
+def test_the_spread_follow_up_has_one_unreachable_class_in_one_cell_and_only_learnable_ones_in_the_other(grid):
     """critic-spread-u50: no response the policy could learn from any prompt earns the hard class a reward (its
     rewarded style is in no prompt's list, no warm-start demonstration, no other class's reward), while easy and
     learnable prompts are graded 1 in their rewarded style; critic-spread-rates: every class's rewarded style is
@@ -111,14 +111,14 @@ def test_the_spread_follow_up_has_one_unreachable_class_in_one_cell_and_only_lea
     configs = {(run.scenario, run.row): run.plan.config for run in plan.runs if run.seed == 0}
     assert {c.agent.hparams["episodes_per_update"] for c in configs.values()} == {8}
     assert configs[("critic-spread-u50", "class_mean")].agent.algorithm == "oracle_class"
-    reference = plan_grid(load_grid(Path(__file__).resolve().parents[1] / "leaderboards" / "critic" / "grid.yaml"))
-    map_warm = next(r.plan.config.env.warm_start for r in reference.runs if r.scenario == "critic-map-s50")
+    map_warm = next(r.plan.config.env.warm_start for r in grid.runs if r.scenario == "critic-map-s50")
     rng = np.random.default_rng(0)
     taught = {s for w in map_warm.sources for s in w.params["candidates"]}
     for cell in ("critic-spread-u50", "critic-spread-rates"):
         env = configs[(cell, "running_mean")].env
         assert env.warm_start == map_warm and sum(p.duration_h for p in env.phases) == 0.3
-        tasks = [Scenario(env).next_task(10.0, rng, i) for i in range(600)]
+        scenario = Scenario(env)
+        tasks = [scenario.next_task(10.0, rng, i) for i in range(600)]
         by_class: dict[str, list] = {}
         for task in tasks:
             by_class.setdefault(task.metadata["difficulty_class"], []).append(task)
