@@ -470,7 +470,7 @@ def matrix_markdown(found: list[Place], prefix: str = "", heading: str = "##") -
         axes = _axes_words(mine)
         where = "" if g == "boards" else f" ([{g}/]({prefix}{g}/README.md))"
         noun = "cell" if len(mine) == 1 else "cells"  # the link beside the title tells same-titled maps apart
-        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title, g, [title])}"
+        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title)}"
                        f"{where}" + (f" ({axes})" if axes else ""))
     lines = [f"{heading} Who wins where", "",
              f"{column_format(SORT_KEY).title.capitalize()}, mean over seeds, and `#rank of m` as each table's own "
@@ -583,9 +583,9 @@ def _axes_words(mine: list[Place]) -> str:
     return f"{scenario}: {' · '.join(axes)}"
 
 
-def _short_title(title: str, group: str, titles: list[str], *, compact: bool = False) -> str:
+def _short_title(title: str, group: str = "", titles: list[str] | tuple[str, ...] = (), *, compact: bool = False) -> str:
     """A map's title up to its colon (``Critic map: when a learned value pays`` is ``Critic map``); where another
-    of ``titles`` shares that part, it is told apart by its folder: ``Critic map follow-up (critic-spread/)``, or
+    of ``titles`` (none by default) shares that part, it is told apart by its folder: ``Critic map follow-up (critic-spread/)``, or
     only ``critic-spread/`` when ``compact`` (a narrow column's header)."""
     short = title.split(":", 1)[0].strip()
     if sum(t.split(":", 1)[0].strip() == short for t in titles) < 2:
