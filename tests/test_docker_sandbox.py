@@ -125,8 +125,15 @@ def test_a_killed_run_leaves_no_container_after_the_next_start(image, tmp_path):
     engine = client()
 
     def mine():
-        return [c for c in engine.containers.list(all=True, filters={"label": LABEL})
-                if c.labels.get(OWNER, "").split(":")[-2:-1] == [str(child.pid)]]
+        from docker.errors import NotFound
+
+        for _ in range(10):  # list() inspects each container: another test's may be removed in between
+            try:
+                return [c for c in engine.containers.list(all=True, filters={"label": LABEL})
+                        if c.labels.get(OWNER, "").split(":")[-2:-1] == [str(child.pid)]]
+            except NotFound:
+                time.sleep(0.1)
+        raise AssertionError("the engine's container list kept changing under inspection")
 
     try:
         deadline = time.monotonic() + 120  # a loaded machine can leave a container 'created' for seconds
