@@ -10,6 +10,7 @@ with one line saying why.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -124,16 +125,9 @@ def test_a_killed_run_leaves_no_container_after_the_next_start(image, tmp_path):
     """)], cwd=tmp_path)
     engine = client()
 
-    def mine():
-        from docker.errors import NotFound
-
-        for _ in range(10):  # list() inspects each container: another test's may be removed in between
-            try:
-                return [c for c in engine.containers.list(all=True, filters={"label": LABEL})
-                        if c.labels.get(OWNER, "").split(":")[-2:-1] == [str(child.pid)]]
-            except NotFound:
-                time.sleep(0.1)
-        raise AssertionError("the engine's container list kept changing under inspection")
+    def mine():  # list() inspects each container: another test's may be removed in between
+        return [c for c in engine.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+                if c.labels.get(OWNER, "").split(":")[-2:-1] == [str(child.pid)]]
 
     try:
         deadline = time.monotonic() + 120  # a loaded machine can leave a container 'created' for seconds
@@ -148,3 +142,37 @@ def test_a_killed_run_leaves_no_container_after_the_next_start(image, tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     assert mine() == []  # ...until the next process that starts a Docker sandbox reaps it
+
+
+def test_the_reaper_passes_over_a_container_removed_while_it_lists(image, monkeypatch):
+    """Between the engine's list and the inspection of each container another process can remove one (its run
+    ended, another reaper got there first): the pass goes on and removes the other orphans. Two containers of a
+    process that has exited; the first inspected of them is removed just before its inspection."""
+    from docker.models.containers import ContainerCollection
+
+    from sao_env.sandbox.docker_exec import reap
+
+    engine = client()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = f"{socket.gethostname()}:{dead.pid}:0"  # a start time no live process of that pid has
+    made = [engine.containers.create(image, ["true"], labels={LABEL: "1", OWNER: owner}).id for _ in range(2)]
+    inspect = ContainerCollection.get
+    removed_first = []
+
+    def removed_meanwhile(self, container_id):
+        if container_id in made and not removed_first:
+            removed_first.append(container_id)
+            engine.api.remove_container(container_id, force=True)
+        return inspect(self, container_id)
+
+    monkeypatch.setattr(ContainerCollection, "get", removed_meanwhile)
+    try:
+        assert reap(engine) >= 1
+    finally:
+        monkeypatch.undo()
+        left = [c.id for c in engine.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
+        for container_id in set(made) & set(left):
+            engine.api.remove_container(container_id, force=True)
+    assert len(removed_first) == 1
+    assert not set(made) & set(left)

@@ -59,9 +59,11 @@ def _orphaned(owner: str) -> bool:
 
 
 def reap(client: Any) -> int:
-    """Remove every labelled container whose owner process (on this host) is gone; how many."""
+    """Remove every labelled container whose owner process (on this host) is gone; how many. The list
+    inspects each container it names: one removed meanwhile (by its own run, or another reaper) is
+    passed over, not the end of the pass."""
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         owner = (container.labels or {}).get(OWNER, "")
         if _orphaned(owner):
             try:
