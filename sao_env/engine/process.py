@@ -18,6 +18,7 @@ death of the starting thread.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import shutil
@@ -130,11 +131,12 @@ class Server:
             raise UserError(f"the {self.name} {what}; its log: {self.log}: {last_line(self.log)}") from None
 
     def healthy(self) -> bool:
-        """Whether ``GET /health`` answers 200 (both servers have it)."""
+        """Whether ``GET /health`` answers 200 (both servers have it); anything else on the port, an
+        answer that is not HTTP included, is not ready yet."""
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:
                 return reply.status == 200
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):
             return False
 
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float) -> None:
