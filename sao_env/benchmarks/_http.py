@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import os
 import socket
 import threading
@@ -51,6 +52,8 @@ class RetryPolicy:
         except ValueError as err:
             raise UserError(f"SAO_ENV_HTTP_RETRIES / SAO_ENV_HTTP_MAX_WAIT_S must be numbers ({err})") from None
         chosen = env_retries if retries is None else retries
+        if not math.isfinite(max_wait):
+            raise UserError(f"SAO_ENV_HTTP_MAX_WAIT_S must be a finite number of seconds, not {max_wait}")
         if chosen < 0 or max_wait < 0:
             raise UserError("the HTTP retry budget and the longest wait must be >= 0")
         return cls(retries=chosen, max_wait_s=max_wait)
@@ -140,6 +143,8 @@ def env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise UserError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value):
+        raise UserError(f"{name} must be a finite number, not {raw!r}")
     if value <= 0:
         raise UserError(f"{name} must be greater than 0")
     return value
@@ -151,7 +156,10 @@ def max_reply_bytes(value: int | None = None) -> int:
         if value < 1:
             raise UserError("--max-reply-bytes must be at least 1")
         return int(value)
-    return int(env_number("SAO_ENV_HTTP_MAX_REPLY_BYTES", DEFAULT_MAX_REPLY_BYTES))
+    cap = env_number("SAO_ENV_HTTP_MAX_REPLY_BYTES", DEFAULT_MAX_REPLY_BYTES)
+    if not float(cap).is_integer():
+        raise UserError(f"SAO_ENV_HTTP_MAX_REPLY_BYTES must be a whole number of bytes, not {cap:g}")
+    return int(cap)
 
 
 _CLIENT: httpx.Client | None = None
