@@ -428,7 +428,7 @@ def matrix_html(found: list[Place]) -> str:
         first = i == 0 or found[i - 1].group != p.group
         cls = "place" + (" gstart" if first and i else "")
         turns = "" if p.turns is None else f"; {'single-turn' if p.turns == 1 else f'{p.turns} turns'}"
-        turns += f"; the {p.repeats} board's runs" + (f", and {p.added} more recipes" if p.added else "") if p.repeats else ""
+        turns += f"; the {p.repeats} board's runs" + (f", and {p.added} more recipe{'s' if p.added != 1 else ''}" if p.added else "") if p.repeats else ""
         heads.append(f'<th class="{cls}" scope="col" title="{e(p.name + turns)}">'
                      f'<a href="#{e(_sid(p.name) if p.board is not None else p.anchor)}">'
                      f'{_breaks(p.short)}</a></th>')
@@ -470,7 +470,8 @@ def matrix_markdown(found: list[Place], prefix: str = "", heading: str = "##") -
         axes = _axes_words(mine)
         where = "" if g == "boards" else f" ([{g}/]({prefix}{g}/README.md))"
         noun = "cell" if len(mine) == 1 else "cells"  # the link beside the title tells same-titled maps apart
-        columns.append(f"{len(mine)} {'boards at full budget' if g == 'boards' else noun + ' of the ' + _short_title(title)}"
+        boards = "board at full budget" if len(mine) == 1 else "boards at full budget"
+        columns.append(f"{len(mine)} {boards if g == 'boards' else noun + ' of the ' + _short_title(title)}"
                        f"{where}" + (f" ({axes})" if axes else ""))
     lines = [f"{heading} Who wins where", "",
              f"{column_format(SORT_KEY).title.capitalize()}, mean over seeds, and `#rank of m` as each table's own "
@@ -536,7 +537,9 @@ def write_readme_block(readme: Path, folder: Path, *, check: bool = False) -> bo
     if begin is None or END not in text:
         raise UserError(f"{readme}: no generated block (a line starting {BEGIN[:30]!r} ... {END!r})")
     lines = text.splitlines(keepends=True)
-    end = next(i for i, line in enumerate(lines) if line.startswith(END) and i > begin)
+    end = next((i for i, line in enumerate(lines) if line.startswith(END) and i > begin), None)
+    if end is None:
+        raise UserError(f"{readme}: the generated block's end ({END!r}) comes before its beginning")
     try:
         prefix = folder.resolve().relative_to(readme.resolve().parent).as_posix() + "/"
     except ValueError:
