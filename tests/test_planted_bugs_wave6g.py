@@ -262,3 +262,93 @@ def test_an_uncapped_warm_run_is_never_judged_at_a_disk_limit(tmp_path, monkeypa
     finally:
         warm.close()
         _unmount(small)
+
+
+# --- survivors of the round's second half -------------------------------------------------------
+
+def _signed(records: list[dict], key: bytes) -> str:
+    import hashlib
+    import hmac
+    import json
+
+    from sao_env.tasks.forge import report
+
+    lines = []
+    for seq, record in enumerate(records):
+        body = json.dumps(dict(record, seq=seq), sort_keys=True, separators=(",", ":"))
+        lines.append(f"{report.MARK} {body} {hmac.new(key, body.encode(), hashlib.sha256).hexdigest()}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_swebench_forge_instance_is_resolved_only_when_every_named_test_passed():
+    """Changed: ``all(value == "PASSED" ...)`` -> ``any(...)`` in ``swebench._judge_forge_log``: with the fail-to-pass
+    test passed and a pass-to-pass test failed, the instance is not resolved, and the details say which."""
+    import types
+
+    from sao_env.benchmarks.swebench import EXIT_LINE, _judge_forge_log
+    from sao_env.tasks.forge import report
+
+    def phases(nodeid, call="passed"):
+        return [{"kind": "report", "nodeid": nodeid, "when": when, "outcome": outcome, "xfail": False}
+                for when, outcome in (("setup", "passed"), ("call", call), ("teardown", "passed"))]
+
+    spec = types.SimpleNamespace(FAIL_TO_PASS=["t.py::fixed"], PASS_TO_PASS=["t.py::kept"])
+    records = [{"kind": "start", "pid": 7}, *phases("t.py::fixed"), *phases("t.py::kept", "failed"),
+               {"kind": "finish", "exitstatus": 1, "failed": 1, "testsfailed": 1, "collected": 2, "changes": []}]
+    details = {}
+    log = _signed(records, report.process_key()) + f"{EXIT_LINE}1\n"
+    assert _judge_forge_log(spec, log, details) is False
+    assert details == {"verdict": "wrong", "reason": "tests-failed", "fail_to_pass": {"t.py::fixed": "PASSED"},
+                       "pass_to_pass": {"t.py::kept": "FAILED"}}
+    records[-4:-1] = phases("t.py::kept")
+    records[-1] = dict(records[-1], exitstatus=0, failed=0, testsfailed=0)
+    details = {}
+    assert _judge_forge_log(spec, _signed(records, report.process_key()) + f"{EXIT_LINE}0\n", details) is True
+    assert details["reason"] == "resolved"
+
+
+def test_a_scratch_folder_is_in_memory_only_where_it_can_be_written(monkeypatch, tmp_path):
+    """Changed: ``shm.is_dir() and os.access(shm, os.W_OK)`` -> ``shm.is_dir()`` in ``generator.scratch_folder``:
+    where /dev/shm exists but this user may not write it (a container's read-only /dev/shm), the folder goes to
+    the temporary folder instead of failing."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from sao_env.engine import generator
+
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm here")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_access = os.access
+    monkeypatch.setattr(generator.os, "access", lambda path, mode: False if str(path) == "/dev/shm" else real_access(path, mode))
+    folder = generator.scratch_folder("sao-test-")
+    assert folder.parent == tmp_path and folder.name.startswith("sao-test-") and folder.is_dir()
+    monkeypatch.setattr(generator.os, "access", real_access)
+    in_memory = generator.scratch_folder("sao-test-")
+    try:
+        assert in_memory.parent == Path("/dev/shm")
+    finally:
+        in_memory.rmdir()
+
+
+def test_the_warm_starts_batch_helper_runs_only_beside_a_one_thread_forward(monkeypatch):
+    """Changed: ``forward == 1`` -> ``forward >= 1`` in ``warmstart._train``: the process that makes the next batch
+    takes the spare core, so it runs only when the forward pass uses one thread; with two it is not started."""
+    import types
+
+    from sao_env.policy import warmstart
+
+    asked = []
+
+    def batches(tokenizer, scenario, spec, *, helper):
+        asked.append(helper)
+        return iter(())
+
+    monkeypatch.setattr(warmstart, "fork_is_safe", lambda: True)
+    monkeypatch.setattr(warmstart, "demonstration_batches", batches)
+    progress = types.SimpleNamespace(add_task=lambda *a, **k: 0)
+    for forward in (1, 2, 3):
+        warmstart._train(None, None, None, types.SimpleNamespace(steps=4), None, None, [], progress, None, print,
+                         0.0, forward, 2)
+    assert asked == [True, False, False]
