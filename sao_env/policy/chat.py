@@ -78,6 +78,11 @@ class ChatFormat(TextFormat):
     def observation_text(self, observation: str) -> str:
         return self.observation_before + observation + self.observation_after
 
+    def observation_ids(self, observation: str) -> tuple[int, ...]:
+        """An empty observation (a tool that printed nothing) is still a turn of the conversation: its role's
+        opening and closing, and the next assistant turn's header."""
+        return _cached_ids(self.tokenizer, self.observation_text(observation))
+
 
 def split_template(tokenizer: PreTrainedTokenizerBase, *, system: str | None,
                    observation_role: str) -> tuple[str, str, str, str]:
