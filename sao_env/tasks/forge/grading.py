@@ -96,9 +96,9 @@ def extract_patch(response: str) -> str | None:
         if "@@" in block:
             return block if block.endswith("\n") else block + "\n"
     for marker in ("diff --git", "--- "):
-        start = response.find(marker)
-        if start >= 0 and (start == 0 or response[start - 1] == "\n"):
-            patch = response[start:]
+        found = re.search(f"^{re.escape(marker)}", response, re.MULTILINE)
+        if found:
+            patch = response[found.start():]
             return patch if patch.endswith("\n") else patch + "\n"
     return None
 
