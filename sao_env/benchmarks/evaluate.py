@@ -548,7 +548,7 @@ def read_predictions(path: Path) -> tuple[list[tuple[str, str]], str | None]:
             try:
                 records.append((number, json.loads(line)))
             except json.JSONDecodeError as err:
-                if number == 1 and stripped.startswith("{"):
+                if not records and stripped.startswith("{"):  # the first line with text: a whole-file object
                     records = _json_object_records(path, text)
                     break
                 raise UserError(f"{path}:{number}: invalid JSON ({err.msg})") from None
