@@ -474,9 +474,10 @@ def test_evaluate_suite_records_a_lowered_token_limit_and_refuses_a_negative_k(t
     assert summary["decoding"] == {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 100, "seed": 0,
                                    "max_new_tokens_used": 10}
     assert (summary["k"], summary["limited"], summary["suite_problems"]) == (1, True, 3)
-    with pytest.raises(UserError, match=r"^--k must be at least 1$"):
-        evaluate.evaluate_suite(run, _LocalBackend([["x"]]), model_name="m", out_dir=tmp_path,
-                                options=EvalOptions(k=-1, show_progress=False))
+    for k in (-1, 0):  # 0 is refused, not read as "the suite's k"
+        with pytest.raises(UserError, match=r"^--k must be at least 1$"):
+            evaluate.evaluate_suite(run, _LocalBackend([["x"]]), model_name="m", out_dir=tmp_path,
+                                    options=EvalOptions(k=k, show_progress=False))
 
 
 def test_evaluate_suite_fails_samples_by_index_and_a_rerun_asks_only_for_those(tmp_path, rule_grader, fixed_code,
@@ -930,3 +931,21 @@ def test_a_whole_file_object_of_predictions_may_start_with_blank_lines(tmp_path)
     path.write_text('\n{"id": "a", "response": \n{"id": "b", "response": "y"}\n')
     with pytest.raises(UserError, match=r"preds\.json: invalid JSON"):
         evaluate.read_predictions(path)
+
+
+def test_a_deadline_of_zero_is_refused_not_read_as_the_default(monkeypatch):
+    """``deadline_s=0`` given to the HTTP backend or the judge is refused in one line, as on the command line; only
+    ``None`` means the environment's or the default deadline."""
+    from sao_env.benchmarks.backends import OpenAIBackend
+    from sao_env.benchmarks.llm_grader import LLMJudge
+
+    monkeypatch.delenv("SAO_ENV_HTTP_DEADLINE_S", raising=False)
+    monkeypatch.delenv("SAO_ENV_GRADER_DEADLINE_S", raising=False)
+    with pytest.raises(UserError, match=r"^--request-deadline must be greater than 0$"):
+        OpenAIBackend("m", deadline_s=0)
+    with pytest.raises(UserError, match=r"^--grader-deadline must be greater than 0$"):
+        LLMJudge("judge", base_url="http://127.0.0.1:9/v1", deadline_s=0)
+    monkeypatch.setenv("SAO_ENV_HTTP_DEADLINE_S", "12.5")
+    monkeypatch.setenv("SAO_ENV_GRADER_DEADLINE_S", "7")
+    assert OpenAIBackend("m").deadline_s == 12.5 and OpenAIBackend("m", deadline_s=3).deadline_s == 3
+    assert LLMJudge("judge", base_url="http://127.0.0.1:9/v1").deadline_s == 7.0

@@ -200,7 +200,7 @@ class OpenAIBackend:
             raise UserError(f"--api must be chat or completions, not {api!r}")
         self.api = api
         self.concurrency = max(1, concurrency)
-        self.deadline_s = deadline_s or env_number("SAO_ENV_HTTP_DEADLINE_S", DEFAULT_DEADLINE_S)
+        self.deadline_s = env_number("SAO_ENV_HTTP_DEADLINE_S", DEFAULT_DEADLINE_S) if deadline_s is None else deadline_s
         if self.deadline_s <= 0:
             raise UserError("--request-deadline must be greater than 0")
         self.retries = retries

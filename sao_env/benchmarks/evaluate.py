@@ -463,7 +463,7 @@ def evaluate_suite(
     """Sample k responses per problem with ``backend``, grade them, write the outputs; return the summary."""
     options = options or EvalOptions()
     spec = run.spec
-    k = options.k or spec.k
+    k = spec.k if options.k is None else options.k
     if k < 1:
         raise UserError("--k must be at least 1")
     decoding = {

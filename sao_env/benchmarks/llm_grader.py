@@ -84,7 +84,7 @@ class LLMJudge:
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY")
         self.concurrency = max(1, concurrency)
         self.max_response_chars = max_response_chars
-        self.deadline_s = deadline_s or env_number("SAO_ENV_GRADER_DEADLINE_S", DEFAULT_DEADLINE_S)
+        self.deadline_s = env_number("SAO_ENV_GRADER_DEADLINE_S", DEFAULT_DEADLINE_S) if deadline_s is None else deadline_s
         if self.deadline_s <= 0:
             raise UserError("--grader-deadline must be greater than 0")
         self.retries = retries
