@@ -314,6 +314,19 @@ def tiny():
     return build_policy(spec, tok, seed=0), tok
 
 
+def reporter_plugin(name: str = "reporter_under_test"):
+    """The grading reporter plugin (sao_env/tasks/forge/pytest_reporter.py) loaded afresh as module ``name``: with no
+    key file in the cwd it reports nothing, and its classes and helpers are there to test."""
+    import importlib.util
+
+    from sao_env.tasks.forge import report
+
+    spec = importlib.util.spec_from_file_location(name, Path(report.__file__).with_name("pytest_reporter.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def fake_packaged_model(monkeypatch, tmp_path):
     """A packaged model named ``fake-1m`` whose GGUF file is 4 bytes and whose cache is under ``tmp_path``: the
     registry (``packaged.PACKAGED``) holds it alone. For the planted-bug tests of ``sao_env.policy.packaged``."""

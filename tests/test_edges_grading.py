@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib.util
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+from conftest import reporter_plugin
 
 from sao_env.sandbox import ExecResult
 from sao_env.tasks.forge import grading, report
@@ -219,11 +219,7 @@ def test_the_process_key_is_one_64_character_hex_key():
 
 @pytest.fixture(scope="module")
 def plugin():
-    path = Path(report.__file__).with_name("pytest_reporter.py")
-    spec = importlib.util.spec_from_file_location("reporter_edges", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return reporter_plugin("reporter_edges")
 
 
 class _Caller:

@@ -6,16 +6,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import importlib.util
 import json
 import socket
 import threading
 import time
 import types
-from pathlib import Path
 
 import pytest
-from conftest import fake_packaged_model
+from conftest import fake_packaged_model, reporter_plugin
 
 from sao_env.sandbox import ExecResult
 from sao_env.tasks.forge import report
@@ -78,13 +76,6 @@ def test_q5_a_failure_count_pytest_disagrees_with_is_an_exit_status_mismatch():
 
 # --- the reporter plugin: a hook that appears after collection started ----------------------------
 
-def _reporter_module():
-    spec = importlib.util.spec_from_file_location("reporter_wave6b", Path(report.__file__).with_name("pytest_reporter.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # no key file in the cwd: it reports nothing, its classes are there
-    return module
-
-
 class _Caller:
     def __init__(self, *impls):
         self.impls = list(impls)
@@ -101,7 +92,7 @@ def _impl(name: str):
 
 
 def test_q7_a_hook_added_after_collection_started_is_reported():
-    module = _reporter_module()
+    module = reporter_plugin("reporter_wave6b")
     written = []
     reporter = module._Reporter(written.append)
     hook = types.SimpleNamespace(pytest_runtest_call=_Caller(_impl("runner")))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import hmac
-import importlib.util
 import json
 import os
 import threading
@@ -17,7 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import fake_packaged_model
+from conftest import fake_packaged_model, reporter_plugin
 
 from sao_env.errors import UserError
 from sao_env.tasks.forge import grading, report
@@ -44,14 +43,6 @@ def _stream(*records: dict, key: bytes = KEY) -> str:
     return "".join(_signed(r, i, key) + "\n" for i, r in enumerate([{"kind": "start", "pid": 1}, *records]))
 
 
-def _reporter_module():
-    path = Path(report.__file__).with_name("pytest_reporter.py")
-    spec = importlib.util.spec_from_file_location("reporter_wave6c", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # no key file in the cwd: it reports nothing, its functions are there
-    return module
-
-
 # --- the report channel ----------------------------------------------------------------------------
 
 def test_r3_an_unknown_exit_status_is_a_mismatch():
@@ -68,7 +59,7 @@ def test_p2_a_replaced_excepthook_is_a_change_of_the_import_system(monkeypatch):
     """Planted in ``pytest_reporter._import_system``: ``id(sys.excepthook)`` left out of the tuple."""
     import sys
 
-    module = _reporter_module()
+    module = reporter_plugin("reporter_wave6c")
     reporter = module._Reporter(lambda record: None)
     reporter._imports = module._import_system()
     reporter._check("t::a")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_planted_bugs_wave6c import KEY, _finish, _reporter_module, _stream
+from conftest import reporter_plugin
+from test_planted_bugs_wave6c import KEY, _finish, _stream
 
 from sao_env.errors import UserError
 from sao_env.tasks.forge import report
@@ -139,7 +140,7 @@ def test_b24_a_record_after_output_without_a_newline_starts_its_own_line(tmp_pat
     """Planted: the reporter's record without its leading newline: a test that printed to stderr without ending
     its line (``sys.stderr.write("50%")``) would glue the next record to that text, and an honest run would be
     judged forged."""
-    module = _reporter_module()
+    module = reporter_plugin("reporter_wave6d")
     read, write = os.pipe()
     try:
         os.write(write, b"progress 50%")  # the tested code's output, its line not ended

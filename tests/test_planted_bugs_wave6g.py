@@ -95,18 +95,6 @@ def test_a_test_passes_only_with_its_setup_and_teardown_reported_passed():
 
 # --- the last four survivors of the round's first half ---------------------------------------------
 
-def _reporter_module():
-    import importlib.util
-    from pathlib import Path
-
-    from sao_env.tasks.forge import report
-
-    spec = importlib.util.spec_from_file_location("reporter_wave6g", Path(report.__file__).with_name("pytest_reporter.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # no key file in the cwd: it reports nothing, its classes are there
-    return module
-
-
 XFAIL_BY_A_PLUGIN = '''
 import pytest
 
@@ -124,7 +112,9 @@ def test_the_reporter_counts_failures_by_pytests_own_rule(tmp_path):
     a failed report that a plugin marked as an expected failure is not a failure to pytest (``testsfailed``,
     exit status 0), so the reporter does not count it either and the judge sees no exit-status mismatch. Run
     in a real pytest session with the reporter registered."""
-    module = _reporter_module()
+    from conftest import reporter_plugin
+
+    module = reporter_plugin("reporter_wave6g")
     written = []
     reporter = module._Reporter(written.append)
     (tmp_path / "conftest.py").write_text(XFAIL_BY_A_PLUGIN)
