@@ -1,8 +1,9 @@
 """The held-out evaluation's own noise, per scenario: the same weights evaluated under K seeds' streams.
 
-Since evaluation version 2 the held-out prompts and sampling streams are keyed by the run's seed, so
-the seed-to-seed spread of an evaluation metric (AUC, recovery time) holds the evaluation's sampling
-noise as well as the runs' own. This script measures that noise: it evaluates one policy (the
+The sampling streams are keyed by the run's seed (evaluation versions 2 and 3; under version 2 the held-out
+tasks too, under version 3, the default, every seed meets the scenario's one set), so the seed-to-seed spread
+of an evaluation metric (AUC, recovery time) holds the evaluation's sampling noise as well as the runs' own.
+This script measures that noise: it evaluates one policy (the
 scenario's warm start, or ``--policy DIR``, a run's ``checkpoints/final``) at one time point under
 the streams of K seeds and reports, per phase, the mean accuracy, its standard deviation over the K
 streams and the binomial one (sqrt(p(1-p)/n) for n prompts). From the per-phase variances it states
@@ -13,7 +14,10 @@ current phase's accuracy over the evaluation schedule (sao_env/evaluation/adapta
 
 since each evaluation draws independent streams. It is set beside the seed-to-seed standard
 deviation of AUC within recipes on the committed board (``leaderboards/<env>-runs.csv``), whose
-runs may be of evaluation version 1 (their spread then holds no evaluation noise at all).
+runs may be of evaluation version 1 (their spread then holds no evaluation noise at all). For the goal
+that the evaluation add at most a third of the seeds' sd (sd_seeds² = sd_rest² + sd_eval², so sd_eval <=
+sd_rest / sqrt(8)) it prints the prompts per phase that reach it, sd_rest taken from the board (its sd
+less the evaluation's where the board's runs carry it, version 2 or later) or given (``--rest-sd``).
 
     python bench/bench_eval_noise.py                       # the four CPU scenarios, 8 streams
     python bench/bench_eval_noise.py --scenarios style-drift --streams 16 --policy runs/.../checkpoints/final
@@ -119,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="style-drift,topic-drift,tool-drift,codebase-drift")
     parser.add_argument("--streams", type=int, default=8, help="seeds whose evaluation streams are drawn (K)")
     parser.add_argument("--policy", default=None, help="a saved policy folder (default: each scenario's warm start)")
+    parser.add_argument("--rest-sd", default="", help="seeds' sd of AUC without the evaluation, per scenario "
+                        "(ENV=SD,...; default: from the committed board)")
     args = parser.parse_args(argv)
     if args.streams < 2:
         print("--streams must be at least 2", file=sys.stderr)
@@ -130,12 +136,34 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
     print(table.drop(columns=["policy"]).to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    rest_sd = dict(item.split("=") for item in args.rest_sd.split(",")) if args.rest_sd else {}
     for env, part in table.groupby("scenario", sort=False):
         first = part.iloc[0]
         print(f"{env}: the evaluation adds sd {first.auc_sd_eval:.4f} to a run's AUC ({first.evaluations} evaluations, "
               f"{first.prompts} prompts per phase); seed-to-seed sd of AUC on the committed board "
               f"{first.auc_sd_seeds:.4f} (df {first.auc_sd_seeds_df}, evaluation version {first.board_eval_version or '-'})")
+        rest = float(rest_sd[env]) if env in rest_sd else rest_of_seeds_sd(first.auc_sd_seeds, first.auc_sd_eval,
+                                                                          first.board_eval_version)
+        needed = prompts_for_a_third(first.auc_sd_eval, int(first.prompts), rest)
+        print(f"{env}: at most a third of the seeds' sd (sd without the evaluation {rest:.4f}) takes "
+              f"{needed} prompts per phase" if needed else f"{env}: no seeds' sd to size against")
     return 0
+
+
+def rest_of_seeds_sd(board_sd: float, eval_sd: float, version: str) -> float:
+    """The seeds' sd of AUC without the evaluation's own noise: the board's as it is for version 1 (its seeds
+    shared the evaluation's streams), sqrt(board² - eval²) for later versions (NaN when the evaluation's exceeds it)."""
+    if version in ("", "1"):
+        return board_sd
+    return math.sqrt(board_sd ** 2 - eval_sd ** 2) if board_sd > eval_sd else math.nan
+
+
+def prompts_for_a_third(eval_sd: float, prompts: int, rest_sd: float) -> int | None:
+    """Prompts per phase at which the evaluation's sd (falling as 1/sqrt(prompts)) is at most a third of the seeds'
+    sd, sd_seeds = sqrt(rest² + eval²): eval <= rest / sqrt(8). None without a finite positive ``rest_sd``."""
+    if not (rest_sd > 0 and math.isfinite(rest_sd)):
+        return None
+    return max(prompts, math.ceil(prompts * (eval_sd / (rest_sd / math.sqrt(8))) ** 2))
 
 
 if __name__ == "__main__":

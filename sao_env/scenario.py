@@ -155,18 +155,28 @@ def turn_normal(env_seed: int, turn: int) -> float:
     return float(np.random.default_rng([int(env_seed), int(turn), 0x1A7E]).standard_normal())
 
 
-class EvalSpec(_Strict):
+EVAL_VERSION = 3
+"""The held-out evaluation's version where a scenario names none (``eval.version``): recorded in every summary
+(``eval_version``); what each version does is in sao_env/evaluation/heldout.py."""
+
+
+class EvalSpec(_Strict, OmitDefaults):
+    omit_at_default: ClassVar[tuple[str, ...]] = ("version",)
+
     interval_h: float = Field(0.05, gt=0)
     """Held-out evaluation every this many simulated hours (and at the end)."""
     prompts_per_phase: int = Field(64, gt=0)
     """Size of each phase's held-out set."""
     seed: int = Field(12345, ge=0)
-    """Seed of the held-out sets and of evaluation sampling, combined with the run's seed: shared by every
-    agent at one seed, independent across seeds."""
+    """Seed of the held-out sets (fixed by it alone) and of evaluation sampling (combined with the run's seed:
+    shared by every agent at one seed, independent across seeds)."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature at evaluation (1.0 measures the policy's actual style shares)."""
     recovery_threshold: float = Field(0.8, gt=0, le=1)
     """Recovery after a drift = first evaluation where the new phase's accuracy reaches this."""
+    version: Literal[2, 3] | None = None
+    """Evaluation version (none: ``EVAL_VERSION``): 3 = one held-out set per phase for every seed; 2 = a set per
+    run seed, to make again a run recorded under version 2 (``sao-env verify`` sets it for such rows)."""
 
 
 class WarmStartSpec(_Strict, OmitDefaults):
@@ -379,17 +389,24 @@ class Scenario:
         task = source.sample(rng, phase=phase, created_at=0.0, index=index)
         return task, source.demonstrate(task, rng)
 
+    @property
+    def eval_version(self) -> int:
+        """How the held-out evaluation is keyed: the scenario's ``eval.version``, else ``EVAL_VERSION``."""
+        return self.spec.eval.version or EVAL_VERSION
+
     @cached_property
     def eval_sets(self) -> dict[str, list[Task]]:
-        """Held-out tasks per distinct phase name, drawn from ``eval.seed`` and the run's seed (the same
-        set for every recipe at one seed, another set at another seed: ``EVAL_VERSION`` in
-        sao_env/evaluation/heldout.py); a source with a held-out split (``sample_heldout``) serves them
-        from that split."""
+        """Held-out tasks per distinct phase name, fixed by the scenario: drawn from ``eval.seed`` alone, so
+        every seed and every recipe meets the same set (version 3, sao_env/evaluation/heldout.py; only the
+        sampling streams are keyed by the run's seed). The key ``[eval.seed, 0, phase]`` is the one version 2
+        used for seed 0, so a seed-0 run evaluates the same tasks under both versions; under ``eval.version: 2``
+        the run's seed takes the 0's place. A source with
+        a held-out split (``sample_heldout``) serves them from that split."""
         sets: dict[str, list[Task]] = {}
         for i, phase in enumerate(self.spec.phases):
             if phase.name in sets:
                 continue
-            rng = np.random.default_rng([self.spec.eval.seed, self.seed, i])
+            rng = np.random.default_rng([self.spec.eval.seed, self.seed if self.eval_version == 2 else 0, i])
             sets[phase.name] = [
                 self._sample_from(i, rng, created_at=0.0, index=900_000 + j, heldout=True)
                 for j in range(self.spec.eval.prompts_per_phase)

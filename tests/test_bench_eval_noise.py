@@ -43,3 +43,20 @@ def test_auc_sd_matches_a_simulation_through_area_under():
     aucs = [area_under([(t, 0.5 + rng.normal(0, sd[p])) for t, p in zip(times, phases)]) for _ in range(4000)]
     expected = bench.auc_sd_from_phases(times, phases, {k: v ** 2 for k, v in sd.items()})
     assert float(np.std(aucs, ddof=1)) == pytest.approx(expected, rel=0.05)
+
+
+def test_prompts_for_a_third_of_the_seeds_sd_by_hand():
+    # rest 0.014: the evaluation may add 0.014 / sqrt(8) = 0.0049497; 0.0135 at 64 prompts falls as 1/sqrt(n):
+    # n = 64 * (0.0135 / 0.0049497)^2 = 476.08 -> 477
+    assert bench.prompts_for_a_third(0.0135, 64, 0.014) == 477
+    n = bench.prompts_for_a_third(0.0256, 32, 0.029)
+    eval_at_n = 0.0256 * math.sqrt(32 / n)
+    assert eval_at_n <= math.sqrt(0.029 ** 2 + eval_at_n ** 2) / 3 < 0.0256 * math.sqrt(32 / (n - 1))
+    assert bench.prompts_for_a_third(0.0087, 64, 0.057) == 64  # already under: never fewer than now
+    assert bench.prompts_for_a_third(0.01, 64, math.nan) is None and bench.prompts_for_a_third(0.01, 64, 0.0) is None
+
+
+def test_the_seeds_sd_without_the_evaluation():
+    assert bench.rest_of_seeds_sd(0.014, 0.0135, "1") == 0.014  # version 1: the seeds shared the streams
+    assert bench.rest_of_seeds_sd(0.05, 0.03, "2") == pytest.approx(0.04, rel=1e-12)
+    assert math.isnan(bench.rest_of_seeds_sd(0.02, 0.03, "3"))

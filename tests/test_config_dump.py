@@ -11,6 +11,7 @@ from typing import ClassVar
 from sao_env.agents.base import AgentConfig
 from sao_env.config_dump import OmitDefaults
 from sao_env.policy.model import ModelSpec
+from sao_env.scenario import EvalSpec
 from sao_env.tasks.variants import SourceParams
 
 
@@ -42,3 +43,5 @@ def test_the_configuration_models_use_it():
     assert set(ModelSpec(name="tiny-qwen2").model_dump()).isdisjoint({"device", "precision"})
     assert ModelSpec(name="tiny-qwen2", device="auto").model_dump()["device"] == "auto"
     assert SourceParams().model_dump() == {} and SourceParams(pool=4).model_dump() == {"pool": 4}
+    assert issubclass(EvalSpec, OmitDefaults) and "version" not in EvalSpec().model_dump()  # version 3 kept v2 hashes
+    assert EvalSpec(version=2).model_dump()["version"] == 2 and EvalSpec(version=3).model_dump()["version"] == 3

@@ -1,13 +1,15 @@
-"""Held-out evaluation keyed by seed (``EVAL_VERSION`` 2): at one seed every recipe meets the same
-prompts and sampling streams (common random numbers for paired comparisons); two seeds meet
-independent ones, so the seed-to-seed spread of an evaluation metric includes the evaluation's own
-sampling noise."""
+"""Held-out evaluation (``EVAL_VERSION`` 3): one held-out set per phase fixed by the scenario, the same
+for every seed and recipe; at one seed every recipe meets the same sampling streams (common random
+numbers for paired comparisons), and two seeds meet independent streams on those same tasks, so the
+seed-to-seed spread of an evaluation metric holds the evaluation's sampling noise but not the draw of a
+set."""
 
 from __future__ import annotations
 
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -38,16 +40,35 @@ def streams(monkeypatch, model, tok, scenario, eval_key):
     return seen, result
 
 
-def test_the_version_is_two():
-    assert EVAL_VERSION == 2
+def test_the_version_is_three():
+    assert EVAL_VERSION == 3
 
 
-@pytest.mark.parametrize("name", ["style-drift", "topic-drift"])
-def test_prompts_are_shared_at_a_seed_and_differ_across_seeds(name):
-    ids = {seed: {p: [str(t.prompt) for t in ts] for p, ts in scenario_at(name, seed).eval_sets.items()} for seed in (0, 1)}
-    again = {p: [str(t.prompt) for t in ts] for p, ts in scenario_at(name, 0).eval_sets.items()}
-    assert ids[0] == again
-    assert any(ids[0][p] != ids[1][p] for p in ids[0])
+def task_ids(scenario: Scenario) -> dict[str, list[str]]:
+    return {phase: [f"{t.id}|{t.prompt}" for t in tasks] for phase, tasks in scenario.eval_sets.items()}
+
+
+@pytest.mark.parametrize("name", ["style-drift", "topic-drift", "tool-drift"])
+def test_every_seed_meets_the_same_held_out_tasks_and_another_eval_seed_another_set(name):
+    at = {seed: task_ids(scenario_at(name, seed)) for seed in (0, 1, 7, 123)}
+    assert at[0] == at[1] == at[7] == at[123]
+    assert all(len(ids) == 6 for ids in at[0].values())
+    base = scenario_at(name, 0).spec
+    moved = Scenario(base.model_copy(update={"eval": base.eval.model_copy(update={"seed": base.eval.seed + 1})}), seed=0)
+    assert task_ids(moved) != at[0]
+
+
+def test_the_fixed_set_is_the_one_version_2_drew_for_seed_0():
+    """Version 2 drew a seed's set from ``[eval.seed, seed, phase]``; version 3's is the seed-0 one for every seed,
+    so seed-0 runs evaluate the same tasks under both versions (the pinned run's bytes did not move)."""
+    scenario = scenario_at("topic-drift", 5)
+    spec = scenario.spec
+    for i, phase in enumerate(spec.phases):
+        for seed, same in ((0, True), (5, False)):
+            rng = np.random.default_rng([spec.eval.seed, seed, i])
+            drawn = [scenario._sample_from(i, rng, created_at=0.0, index=900_000 + j, heldout=True)
+                     for j in range(spec.eval.prompts_per_phase)]
+            assert ([t.prompt for t in drawn] == [t.prompt for t in scenario.eval_sets[phase.name]]) is same
 
 
 def test_two_recipes_at_one_seed_share_the_streams_and_two_seeds_do_not(monkeypatch, tiny):
@@ -63,6 +84,7 @@ def test_two_recipes_at_one_seed_share_the_streams_and_two_seeds_do_not(monkeypa
     later, _ = streams(monkeypatch, model, tok, scenario_at("style-drift", 0), 1440)
     assert len(at0) == 18
     assert at0 == at0_other == at0_again and result0 == result0_again
+    assert [t for *_, t in at0] == [t for *_, t in at1] == [t for *_, t in later]  # the same tasks, other streams
     for a, b in ((at0, at1), (at0, later)):
         assert not {s for s, _, _ in a} & {s for s, _, _ in b}
         assert not {k for _, k, _ in a} & {k for _, k, _ in b}

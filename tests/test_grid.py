@@ -588,11 +588,11 @@ def test_show_puts_more_metrics_in_the_markdown_and_refuses_an_unknown_one(made,
     md = out["style-drift.md"].read_text()
     agg = pd.read_csv(out["style-drift.csv"], dtype={AXIS: str})
     header, body = maps.metrics_table(agg, axes=[AXIS], baseline="grpo", metrics=["episodes_per_hour", "auc"],
-                                      eval_tag="eval v2")
-    assert header[-2:] == ["episodes / h", "AUC (eval v2)"]
+                                      eval_tag="eval v3")
+    assert header[-2:] == ["episodes / h", "AUC (eval v3)"]
     assert "## Beside online reward" in md and "| " + " | ".join(header) + " |" in md
-    assert set(table["eval_version"]) == {2}
-    assert "- **evaluation**: version 2 (held-out prompts and sampling streams keyed by the run's seed" in md
+    assert set(table["eval_version"]) == {3}
+    assert "- **evaluation**: version 3 (one held-out set per phase fixed by the scenario, shared by every seed" in md
     assert all("| " + " | ".join(r) + " |" in md for r in body) and len(body) == 4
     cell = agg[(agg["row"] == "running mean") & (agg[AXIS] == "1.0")].iloc[0]
     assert f"{cell['auc']:.3f} ± {cell['auc_ci95']:.3f}; {cell['auc_diff']:+.3f} ± " in md

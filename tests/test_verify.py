@@ -90,3 +90,29 @@ def test_a_row_of_another_configuration_is_one_line(board, tmp_path, capsys):
     assert len(err) == 1 and "the row was made with 000000000000: they changed since" in err[0]
     assert main(["verify", str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv does not exist" in capsys.readouterr().err
+
+
+def test_a_run_recorded_under_evaluation_version_2_is_made_again_under_it(tmp_path, capsys):
+    """A run made when version 2 was the default (no ``eval.version`` in its config.yaml, ``eval_version`` 2 in
+    its summary) is re-made under version 2, byte for byte; under version 3 the same training evaluates other
+    tasks, so its evals differ and its episodes do not."""
+    import yaml
+
+    from sao_env.provenance import config_hash
+    from sao_env.experiment.config import expand_config, load_run_config
+
+    old = tmp_path / "v2"
+    args = ["run", "--agent", "grpo", "--seed", "1", *SHRINK]
+    assert main([*args, "--out", str(old), "env.eval.version=2"]) == 0
+    assert main([*args, "--out", str(tmp_path / "v3")]) == 0
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    assert config["env"]["eval"].pop("version") == 2
+    (old / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    assert config_hash(expand_config(load_run_config(old))) == config_hash(expand_config(load_run_config(tmp_path / "v3")))
+    assert json.loads((old / "summary.json").read_text())["eval_version"] == 2
+    assert json.loads((tmp_path / "v3" / "summary.json").read_text())["eval_version"] == 3
+    assert (old / "evals.jsonl").read_bytes() != (tmp_path / "v3" / "evals.jsonl").read_bytes()
+    assert (old / "episodes.jsonl").read_bytes() == (tmp_path / "v3" / "episodes.jsonl").read_bytes()
+    assert main(["verify", str(old), "--jobs", "1"]) == 0
+    said = capsys.readouterr().out
+    assert f"identical: {old}" in said and "3 logs byte for byte" in said

@@ -1,4 +1,17 @@
-"""Held-out evaluation of the deployed policy on every phase's set, at fixed simulated times."""
+"""Held-out evaluation of the deployed policy on every phase's set, at fixed simulated times.
+
+How held-out evaluations are keyed, recorded in every summary (``eval_version``). Version 1 (runs without the
+key): the prompts came from the scenario's eval seed and the sampling streams from the eval seed and the
+evaluation's simulated second alone, so every seed of a board drew the same samples at a time point and the
+seed intervals left out the evaluation's own noise. Version 2: the prompts and the sampling streams were keyed
+by the run's seed as well: the same for every recipe at one seed, independent across seeds; a seed's drawn set
+kept its difficulty over the whole run, which added to the seeds' spread of AUC and, where recipes meet a set
+differently, to their paired differences. Version 3 (``Scenario.eval_sets``, ``evaluate_heldout``): one
+held-out set per phase fixed by the scenario, the same for every seed and recipe; only the sampling streams are
+keyed by (eval seed, run seed, evaluation time), shared by every recipe at one seed and independent across
+seeds. ``EVAL_VERSION`` (sao_env/scenario.py) is version 3; a scenario's ``eval.version: 2`` makes a version-2
+run again.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +22,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from sao_env.policy.generate import row_key
 from sao_env.runtime.rollout import play
-from sao_env.scenario import Scenario
+from sao_env.scenario import EVAL_VERSION, Scenario
 
-EVAL_VERSION = 2
-"""How held-out evaluations are keyed, recorded in every summary (``eval_version``). Version 1
-(runs without the key): the prompts came from the scenario's eval seed and the sampling streams from
-the eval seed and the evaluation's simulated second alone, so every seed of a board drew the same
-samples at a time point and the seed intervals left out the evaluation's own noise. Version 2: the
-prompts and the sampling streams are keyed by the run's seed as well (``Scenario.eval_sets``,
-``evaluate_heldout``): the same for every recipe at one seed (common random numbers for the paired
-comparisons), independent across seeds."""
+__all__ = ["EVAL_VERSION", "evaluate_heldout"]
+
 
 
 def evaluate_heldout(
@@ -36,7 +43,7 @@ def evaluate_heldout(
     Sampling and the environments are seeded from the scenario's eval seed, the run's seed
     (``scenario.seed``) and ``eval_key`` (the evaluation's simulated second), so two agents with the
     same weights at the same seed and evaluation time get the same episodes, whatever their evaluation
-    schedules, and two seeds draw independent streams (``EVAL_VERSION``); each episode has its own
+    schedules, and two seeds draw independent streams on the same tasks (``EVAL_VERSION``); each episode has its own
     sampling stream, so the sets are played together in batches of ``batch_size`` without changing
     any episode.
     """

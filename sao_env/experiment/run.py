@@ -60,7 +60,7 @@ from sao_env.agents import Agent
 from sao_env.errors import UserError
 from sao_env.evaluation.adaptation import adaptation_summary, credit_summary
 from sao_env.evaluation.critic_fit import critic_summary
-from sao_env.evaluation.heldout import EVAL_VERSION, evaluate_heldout
+from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.experiment.config import RunConfig, build_agent, expand_config
 from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, write_failure_reason, writing
 from sao_env.experiment.progress import RunProgress
@@ -345,7 +345,7 @@ def _summary(config: RunConfig, label: str, scenario: Scenario, agent: Agent, st
     staleness = np.array(state.staleness) if state.staleness else np.zeros(1)
     return {
         "env": config.env.name, "agent": label, "recipe": config.agent.name, "algorithm": config.agent.algorithm,
-        "seed": config.seed, "eval_version": EVAL_VERSION,
+        "seed": config.seed, "eval_version": scenario.eval_version,
         "online_reward": float(np.mean(rewards)) if rewards else math.nan,
         **adaptation_summary(evals, scenario), **credit_summary(out, scenario), **critic_summary(out, scenario),
         "episodes_per_hour": state.consumed / hours, "updates_per_hour": state.updates / hours,

@@ -16,6 +16,9 @@ AVX2 of the vendor that made it (AMD and Intel's MKL kernels differ), so "identi
 verdict there; elsewhere (the other vendor, unpinned, ARM) the interval decides.
 The row's configuration hash must equal the one the current recipe and scenario resolve to:
 otherwise the recipe changed since the row was made and nothing can be verified (a ``UserError``).
+A row or run recorded under another evaluation version than the current default (``eval_version`` 2,
+its held-out set drawn from its seed) is made again under that version (``env.eval.version``); version 1
+cannot be made again, and its evaluation numbers differ.
 """
 
 from __future__ import annotations
@@ -73,6 +76,18 @@ class Verdict:
         return bool(self.intervals) and all(low <= value <= high for _, value, low, high in self.intervals)
 
 
+def remade_version(recorded) -> int | None:
+    """The evaluation version a recorded run is made again under where it is not the default: its recorded
+    ``eval_version`` when that is 2 or 3 and not ``EVAL_VERSION``; None otherwise."""
+    from sao_env.scenario import EVAL_VERSION
+
+    try:
+        version = int(float(recorded.get("eval_version", "")))
+    except (TypeError, ValueError):
+        return None
+    return version if version in (2, 3) and version != EVAL_VERSION else None
+
+
 def printed(value) -> str:
     """A number as the tables print it (``%.6g``; empty for a missing one)."""
     if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
@@ -117,6 +132,9 @@ def targets_from_table(path: Path, *, label: str | None = None, seeds: list[int]
         if now != row["config_hash"]:
             raise UserError(f"{row[label_column]} seed {seed}: the recipe and scenario now resolve to configuration "
                             f"{now}, the row was made with {row['config_hash']}: they changed since, nothing to verify")
+        version = remade_version(row)
+        if version:
+            plan = plan_run(row[scenario_column], recipe, seed, [*overrides, f"env.eval.version={version}"], out=out)
         same_row = table[(table[label_column] == row[label_column]) & (table[scenario_column] == row[scenario_column])]
         peers = {m: [float(v) for v in same_row[m] if v != ""] for m in HEADLINE if m in table.columns}
         recorded = {c: row[c] for c in table.columns if c not in NOT_COMPARED and "." not in c}  # a grid's axes: keys
@@ -131,6 +149,10 @@ def target_from_run(run_dir: Path, *, scratch: Path) -> Target:
         raise UserError(f"{run_dir} is not a finished run directory (no summary.json and config.yaml)")
     summary = json.loads(summary_path.read_text())
     config = load_run_config(run_dir)
+    version = remade_version(summary)
+    if version and config.env.eval.version is None:
+        config = config.model_copy(update={"env": config.env.model_copy(
+            update={"eval": config.env.eval.model_copy(update={"version": version})})})
     provenance = summary.get("provenance") or {}
     out = scratch / config.env.name / (summary.get("agent") or config.agent.name) / f"seed{config.seed}"
     plan = RunPlan(config, summary.get("agent") or config.agent.name, tuple(provenance.get("overrides") or ()),

@@ -74,6 +74,8 @@ EVAL_VERSIONS = {
        "evaluation metrics leave out the evaluation's own noise",
     2: "held-out prompts and sampling streams keyed by the run's seed: shared by every recipe at a seed, "
        "independent across seeds",
+    3: "one held-out set per phase fixed by the scenario, shared by every seed and recipe; sampling streams "
+       "keyed by the run's seed: shared by every recipe at a seed, independent across seeds",
 }
 """What each evaluation version means (``sao_env.evaluation.heldout.EVAL_VERSION``; runs that do not
 record one are version 1)."""
@@ -256,8 +258,9 @@ def auc_eval_sd(curve: list[tuple[float, float]], prompts: int) -> float:
     """The standard deviation that the held-out evaluation's own sampling adds to a run's AUC:
     ``sqrt(sum_i w_i^2 a_i (1 - a_i) / prompts)`` over the run's evaluations, ``a_i`` the current
     phase's accuracy at evaluation i and ``w_i`` its trapezoid weight in the AUC (the weights sum to
-    1). Binomial over the prompts, each evaluation independent (evaluation version 2); on the
-    scenarios' warm starts the sd measured over 16 seeds' streams agrees with it
+    1). Binomial over the prompts, each evaluation independent (evaluation versions 2 and 3; under
+    version 3, whose set is fixed, an upper bound, reached where the prompts share one success rate); on
+    the scenarios' warm starts the sd measured over 16 seeds' streams agrees with it
     (bench/bench_eval_noise.py, docs/metrics.md). NaN with fewer than two evaluations."""
     if len(curve) < 2 or curve[-1][0] == curve[0][0] or prompts < 1:
         return math.nan
