@@ -365,6 +365,16 @@ def _caught_by(tests: list[str], target: Path, original: str, mutated: str, work
             return "error (tests fail without the change)", "; ".join(broken), broken
 
 
+def restore_worktree(worktree: Path) -> list[str]:
+    """Undo what a round stopped by SIGKILL left planted in its worktree (its ``finally`` did not run), before the
+    round resumes there; returns the files restored."""
+    changed = subprocess.run(["git", "diff", "--name-only"], cwd=worktree, capture_output=True, text=True,
+                             check=True).stdout.split()
+    if changed:
+        subprocess.run(["git", "checkout", "--", *changed], cwd=worktree, check=True, capture_output=True)
+    return changed
+
+
 def run_one(mutant: Mutant, worktree: Path, timeout: int, wider: bool) -> dict:
     target = worktree / mutant.file
     original = target.read_text()
@@ -439,6 +449,8 @@ def main(argv: list[str]) -> int:
     if not worktree.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(worktree), commits["--tests-at"]], cwd=ROOT,
                        check=True, capture_output=True)
+    for path in restore_worktree(worktree):
+        print(f"mutants: {path} held a change a stopped round left; restored", file=sys.stderr)
     vllm = ROOT / ".venv-vllm" / "bin" / "python"
     if vllm.exists():
         os.environ.setdefault("SAO_ENV_VLLM_PYTHON", str(vllm))

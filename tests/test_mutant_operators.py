@@ -105,3 +105,22 @@ def test_a_catch_is_a_test_that_passes_without_the_change(tmp_path):
     assert "tests/test_b_value.py::test_value" in tail and target.read_text() == original
     outcome, _, broken = mutants._caught_by(tests, target, original, "VALUE = 1  # same\n", tmp_path, 120)
     assert (outcome, broken) == ("survived", ["tests/test_a_broken.py::test_needs_data"])
+
+
+def test_a_resumed_round_first_undoes_the_change_a_killed_round_left_planted(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "b.py").write_text("Y = 2\n")
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    assert mutants.restore_worktree(tmp_path) == []
+    (tmp_path / "pkg" / "b.py").write_text("Y = 3\n")
+    (tmp_path / "stray.txt").write_text("not tracked")
+    assert mutants.restore_worktree(tmp_path) == ["pkg/b.py"]
+    assert (tmp_path / "pkg" / "b.py").read_text() == "Y = 2\n" and (tmp_path / "pkg" / "a.py").read_text() == "X = 1\n"
+    assert (tmp_path / "stray.txt").exists()
