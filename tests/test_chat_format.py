@@ -142,6 +142,8 @@ EARLIER_KEYS = {"style-drift": ("12ae1d38aed9bb3f", "c99ac0050844f7be"),
 @pytest.mark.parametrize("env", sorted(EARLIER_KEYS))
 def test_scenarios_without_chat_keep_their_hashes(env):
     scenario = load_scenario(env)
+    if env == "tool-drift":  # its held-out set grew from 32 prompts a phase for evaluation version 3
+        scenario = Scenario(scenario.spec.model_copy(update={"eval": scenario.spec.eval.model_copy(update={"prompts_per_phase": 32})}))
     config_hash = hashlib.sha256(json.dumps(scenario.spec.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
     assert (warm_start_key(ModelSpec(), scenario, scenario.spec.warm_start), config_hash) == EARLIER_KEYS[env]
 
