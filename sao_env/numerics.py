@@ -163,3 +163,31 @@ def numpy_simd() -> list[str]:
         except ImportError:
             return []
     return [target for target in __cpu_dispatch__ if __cpu_features__.get(target)]
+
+
+BITS_FIELDS = ("pinned", "vendor", "machine", "dispatch", "blas", "mkl_cbwr", "onednn_max_isa", "numpy_simd")
+"""The fields of ``numerics_record`` that decide a pinned run's bits (the CPU's model too where unpinned)."""
+
+
+def same_bits(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two processes' numerics records give one run the same bits: pinned on one vendor with the same
+    levels (any model of that vendor, the pin's claim), or unpinned on the same CPU model with the same levels."""
+    fields = BITS_FIELDS if a.get("pinned") and b.get("pinned") else (*BITS_FIELDS, "cpu")
+    return all(a.get(k) == b.get(k) for k in fields)
+
+
+def describe_numerics(record: dict[str, Any]) -> str:
+    """``AMD EPYC (AuthenticAMD, pinned, MKL_CBWR=AVX2)``: a numerics record in a few words."""
+    pinned = "pinned" if record.get("pinned") else f"unpinned, dispatch {record.get('dispatch')}"
+    return f"{record.get('cpu')} ({record.get('vendor')}, {pinned}, MKL_CBWR={record.get('mkl_cbwr')})"
+
+
+def resumed_segments(earlier: list[dict[str, Any]] | None, now: dict[str, Any], at_sim_s: float) -> list[dict[str, Any]]:
+    """The numerics a run was made under, segment by segment: ``earlier`` (a checkpoint's list; None for a run
+    started here) with this process's record appended from ``at_sim_s`` when its bits differ from the last one's.
+    Each entry is a numerics record with ``from_sim_s``, the simulated time from which it made the run."""
+    if not earlier:
+        return [{"from_sim_s": 0.0, **now}]
+    if same_bits(earlier[-1], now):
+        return list(earlier)
+    return [*earlier, {"from_sim_s": float(at_sim_s), **now}]

@@ -321,6 +321,106 @@ def test_a_resumed_run_mirrors_the_whole_log_to_tensorboard(tmp_path):
         assert [v for _, v in got] == pytest.approx([v for _, v in points], rel=1e-6, nan_ok=True), name
 
 
+OTHER_MACHINE = {"cpu": "Hygon C86 7285 32-core Processor", "vendor": "HygonGenuine", "pinned": True,
+                 "mkl_cbwr": "AVX2,STRICT"}
+"""A machine of a third vendor, so that the record differs from this one's whichever vendor runs the suite."""
+
+
+def _stopped_after_first_checkpoint(config, out: Path, monkeypatch) -> None:
+    """Run until its second checkpoint's write fails (a full disk): the first checkpoint is left to resume from."""
+    write_file, writes = ckpt._write_file, [0]
+
+    def full_on_second(path, data):
+        writes[0] += 1
+        if writes[0] == 2:
+            raise OSError(28, "No space left on device", str(path))
+        write_file(path, data)
+
+    monkeypatch.setattr(ckpt, "_write_file", full_on_second)
+    with pytest.raises(UserError, match="No space left on device"):
+        experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY)
+    monkeypatch.setattr(ckpt, "_write_file", write_file)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_under_other_numerics_says_so_and_records_each_segment(reference, tmp_path, monkeypatch,
+                                                                            capsys):
+    """A checkpoint made on a machine of the other vendor (its numerics record relabelled so) still resumes, but
+    stderr says the run's bytes are now neither machine's, the provenance keeps both segments (the second from
+    the checkpoint's simulated time), and ``verify`` says why no re-run is identical."""
+    from sao_env.experiment.verify import numerics_note
+    from sao_env.numerics import describe_numerics, numerics_record
+
+    config, out = _shrunk_config("grpo"), tmp_path / "run"
+    ref = reference("grpo", config)
+    _stopped_after_first_checkpoint(config, out, monkeypatch)
+    path = ckpt.checkpoints(out / ckpt.FOLDER)[0]
+    state = ckpt.decode(path.read_bytes())
+    here = json.loads(json.dumps(numerics_record()))
+    assert state["numerics"] == [{"from_sim_s": 0.0, **here}]  # what the machine that wrote it was
+    other = {**here, **OTHER_MACHINE}
+    state["numerics"] = [{"from_sim_s": 0.0, **other}]
+    path.write_bytes(ckpt.encode({k: v for k, v in state.items() if k != "format"}))
+    capsys.readouterr()
+    experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY, resume=True)
+    err = capsys.readouterr().err
+    at_s = state["sim_time_s"]
+    assert at_s > 0 and (f"resuming under other numerics than the checkpoint's: it was made on Hygon C86 "
+                         f"7285 32-core Processor (HygonGenuine, pinned, MKL_CBWR=AVX2,STRICT), this machine is "
+                         f"{describe_numerics(here)}; from simulated {at_s / 3600:.3f} h on") in err
+    _same_logs(ref, out)  # computed here throughout: only the checkpoint's label said otherwise
+    provenance = json.loads((out / "summary.json").read_text())["provenance"]
+    assert provenance["numerics_segments"] == [{"from_sim_s": 0.0, **other}, {"from_sim_s": at_s, **here}]
+    assert provenance["numerics"] == here
+    assert numerics_note(provenance) == (f"made under Hygon C86 7285 32-core Processor (HygonGenuine, "
+                                         f"pinned, MKL_CBWR=AVX2,STRICT) then {describe_numerics(here)}: no machine makes "
+                                         f"its bytes alone")
+
+
+def test_a_run_resumed_under_the_same_numerics_records_one_segment(tmp_path, monkeypatch, capsys):
+    config, out = _shrunk_config("grpo"), tmp_path / "run"
+    _stopped_after_first_checkpoint(config, out, monkeypatch)
+    capsys.readouterr()
+    experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY, resume=True,
+                              save_checkpoint=False)
+    assert "numerics" not in capsys.readouterr().err
+    provenance = json.loads((out / "summary.json").read_text())["provenance"]
+    assert "numerics_segments" not in provenance
+    from sao_env.experiment.verify import numerics_note
+
+    assert numerics_note(provenance) == ""
+
+
+def test_numerics_have_the_same_bits_on_one_vendor_pinned_and_only_on_one_cpu_unpinned():
+    from sao_env.numerics import resumed_segments, same_bits
+
+    amd = {"pinned": True, "vendor": "AuthenticAMD", "machine": "x86_64", "dispatch": "AVX2", "blas": "mkl",
+           "mkl_cbwr": "AVX2", "onednn_max_isa": "AVX2", "numpy_simd": ["X86_V3"], "cpu": "AMD EPYC 7B13"}
+    assert same_bits(amd, {**amd, "cpu": "AMD EPYC 9B14"})  # the pin's claim: any AVX2 machine of the vendor
+    assert not same_bits(amd, {**amd, **OTHER_MACHINE})
+    assert not same_bits(amd, {**amd, "numpy_simd": ["X86_V3", "X86_V4"]})
+    native = {**amd, "pinned": False, "dispatch": "AVX512"}
+    assert same_bits(native, dict(native)) and not same_bits(native, {**native, "cpu": "AMD EPYC 9B14"})
+    intel = {**amd, **OTHER_MACHINE}
+    one = resumed_segments(None, amd, 5.0)
+    assert one == [{"from_sim_s": 0.0, **amd}]
+    assert resumed_segments(one, {**amd, "cpu": "AMD EPYC 9B14"}, 9.0) == one
+    two = resumed_segments(one, intel, 9.0)
+    assert two == [{"from_sim_s": 0.0, **amd}, {"from_sim_s": 9.0, **intel}]
+    assert resumed_segments(two, amd, 20.0)[-1] == {"from_sim_s": 20.0, **amd} and len(resumed_segments(two, amd, 20.0)) == 3
+
+
+def test_verify_says_when_a_run_was_made_under_other_numerics_than_this_machines():
+    from sao_env.experiment.verify import numerics_note
+    from sao_env.numerics import describe_numerics, numerics_record
+
+    here = json.loads(json.dumps(numerics_record()))
+    assert numerics_note({"numerics": here}) == ""
+    other = {**here, **OTHER_MACHINE}
+    assert numerics_note({"numerics": other}) == (f"made on Hygon C86 7285 32-core Processor (HygonGenuine, "
+                                                  f"pinned, MKL_CBWR=AVX2,STRICT), re-made on {describe_numerics(here)}")
+
+
 @pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_line_and_keeps_the_last_checkpoint(reference, tmp_path, monkeypatch):
     """The second checkpoint hits a full disk: a UserError naming the file, the first checkpoint

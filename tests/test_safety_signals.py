@@ -124,7 +124,7 @@ def test_a_stop_signal_is_acknowledged_at_once_and_a_second_one_stops_without_wa
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (test runners differ)
     try:
-        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None)
+        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None, [])
         with checkpoints.signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)
@@ -148,7 +148,7 @@ def test_a_second_signal_goes_to_the_callers_handler_with_its_own_number(tmp_pat
     received = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
     try:
-        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None)
+        checkpoints = _Checkpoints(tmp_path, CheckpointEvery(), {"config_hash": "h", "code": None}, None, [])
         with checkpoints.signals():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.05)

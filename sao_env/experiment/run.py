@@ -64,7 +64,7 @@ from sao_env.evaluation.heldout import evaluate_heldout
 from sao_env.experiment.config import RunConfig, build_agent, expand_config
 from sao_env.experiment.files import LOGS, STALE_OUTPUTS, JsonLines, RunLock, write_atomic, write_failure_reason, writing
 from sao_env.experiment.progress import RunProgress
-from sao_env.numerics import numerics_record
+from sao_env.numerics import describe_numerics, numerics_record, resumed_segments
 from sao_env import provenance as provenance_of
 from sao_env.provenance import code_key, config_hash, datasets_read, package_versions, short
 from sao_env.runtime import checkpoint as ckpt
@@ -242,6 +242,9 @@ class Run:
         provenance = {"config_hash": self.config_hash, "label": self.label, "overrides": list(self.overrides),
                       "code": self.code, "versions": package_versions(), "numerics": numerics_record(),
                       "datasets": datasets_read(scenario), "device": _device(config)}
+        segments = _numerics_segments(restored, provenance["numerics"])
+        if len(segments) > 1:
+            provenance["numerics_segments"] = segments
         write_atomic(out / "config.yaml", yaml.safe_dump({**self.expanded, "provenance": provenance}, sort_keys=False))
         manifests = scenario.manifests()
         if manifests:
@@ -249,7 +252,7 @@ class Run:
         trackers = open_trackers(self.loggers, out, name=f"{config.env.name}/{self.label}/seed{config.seed}",
                                  config=self.expanded)
         logs: list[JsonLines] = []
-        saver = _Checkpoints(self.checkpoints, self.checkpoint_every, provenance, restored, on_signal=self.sim)
+        saver = _Checkpoints(self.checkpoints, self.checkpoint_every, provenance, restored, segments, on_signal=self.sim)
         try:
             if restored is None:
                 agent = build_agent(config, scenario, show_progress=self.show_progress)
@@ -376,10 +379,11 @@ class _Checkpoints:
     after a published update of a real-time run. ``on_signal`` (``sim``): SIGINT/SIGTERM also write one
     and stop the run; otherwise signals keep their effect (a real-time run stops at once)."""
 
-    def __init__(self, folder: Path, every: CheckpointEvery, provenance: dict, restored: dict | None, *,
-                 on_signal: bool = True):
+    def __init__(self, folder: Path, every: CheckpointEvery, provenance: dict, restored: dict | None,
+                 numerics: list[dict], *, on_signal: bool = True):
         self.folder, self.every, self.on_signal = folder, every, on_signal
-        self.identity = {"config_hash": provenance["config_hash"], "code_key": code_key(provenance["code"])}
+        self.identity = {"config_hash": provenance["config_hash"], "code_key": code_key(provenance["code"]),
+                         "numerics": numerics}
         self.index = ckpt.index_of(ckpt.checkpoints(folder)[0]) if restored and ckpt.checkpoints(folder) else 0
         self.last_updates = restored["runtime"]["state"].updates if restored else 0
         self.last_now = restored["sim_time_s"] if restored else 0.0
@@ -439,6 +443,22 @@ class _Checkpoints:
         self.last_updates, self.last_now = updates, now
         if self.stop_signal:
             raise RunInterrupted(self.stop_signal, str(self.folder.parent.parent), str(path), now)
+
+
+def _numerics_segments(restored: dict | None, now: dict) -> list[dict]:
+    """The numerics the run is made under, per segment (``numerics.resumed_segments``). Resumed under other
+    numerics than its checkpoint's, the run's bytes from then on are neither machine's: stderr says so, and the
+    provenance keeps every segment (``numerics_segments``) so that ``verify`` expects no identical re-run."""
+    if restored is None:
+        return resumed_segments(None, now, 0.0)
+    earlier = restored.get("numerics")
+    segments = resumed_segments(earlier, now, restored["sim_time_s"])
+    if earlier and len(segments) > len(earlier):
+        print(f"sao-env: warning: resuming under other numerics than the checkpoint's: it was made on "
+              f"{describe_numerics(earlier[-1])}, this machine is {describe_numerics(now)}; from simulated "
+              f"{restored['sim_time_s'] / 3600:.3f} h on, the run's bytes are neither machine's alone "
+              f"(recorded in its provenance as numerics_segments)", file=sys.stderr)
+    return segments
 
 
 def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: JsonLines, evals_log: JsonLines,

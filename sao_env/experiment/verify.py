@@ -56,6 +56,8 @@ class Target:
     log_hashes: dict[str, str] = field(default_factory=dict)
     """sha256 of the recorded logs (a run directory only)."""
     name: str = ""
+    note: str = ""
+    """Why identical bytes are not expected here (the run was made under other numerics), or empty."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,22 @@ def target_from_run(run_dir: Path, *, scratch: Path) -> Target:
     recorded = {k: printed(v) for k, v in summary.items()
                 if k not in NOT_COMPARED and isinstance(v, (int, float)) and not isinstance(v, bool)}
     hashes = {log: _sha256(run_dir / log) for log in LOGS if (run_dir / log).is_file()}
-    return Target(plan, recorded, {}, hashes, name=str(run_dir))
+    return Target(plan, recorded, {}, hashes, name=str(run_dir), note=numerics_note(provenance))
+
+
+def numerics_note(provenance: dict) -> str:
+    """Why a run directory's bytes are not expected here: it was made under several machines' numerics (resumed
+    on another), or under numerics other than this process's; empty where its bits are this machine's."""
+    from sao_env.numerics import describe_numerics, numerics_record, same_bits
+
+    segments = provenance.get("numerics_segments") or []
+    if len(segments) > 1:
+        return ("made under " + " then ".join(describe_numerics(s) for s in segments)
+                + ": no machine makes its bytes alone")
+    recorded = provenance.get("numerics")
+    if recorded and not same_bits(recorded, numerics_record()):
+        return f"made on {describe_numerics(recorded)}, re-made on {describe_numerics(numerics_record())}"
+    return ""
 
 
 def judge(target: Target, summary: dict, record: dict) -> Verdict:
@@ -208,6 +225,8 @@ def describe(verdict: Verdict) -> str:
         lines.append(f"differs: {name} differs in {len(verdict.differing)} numbers"
                      f"{' and ' + ', '.join(verdict.logs_differing) if verdict.logs_differing else ''} "
                      f"(no interval: fewer than 2 committed seeds of its row)")
+    if verdict.target.note:
+        lines.append(f"  not expected to be identical: {verdict.target.note}")
     for column, recorded, rerun in verdict.differing[:8]:
         lines.append(f"  {column}: recorded {recorded or 'none'}, re-run {rerun or 'none'}")
     if len(verdict.differing) > 8:
