@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from sao_env.algos import POLICY_LOSSES, agg_loss, masked_mean
+from sao_env.algos import POLICY_LOSSES
+from sao_env.algos.losses import dis_band_loss, rollout_inputs
 
 Tensor = torch.Tensor
 
@@ -77,15 +78,9 @@ def segment_dis_loss(
         tokens, ``ess`` over tokens, ``approx_kl`` token-level k2), plus ``segments_masked``,
         the fraction of segments whose ratio left the band.
     """
-    for name, x in {"logp": logp, "rollout_logp": rollout_logp, "advantages": advantages}.items():
-        if x.shape != mask.shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)} but mask has {tuple(mask.shape)}")
-    if not 0.0 < eps_low <= 1.0 or not eps_high > 0.0:
-        raise ValueError(f"need 0 < eps_low <= 1 and eps_high > 0, got {eps_low=}, {eps_high=}")
-    m = mask.bool()
-    logp, rollout_logp, advantages = (torch.where(m, x, 0) for x in (logp, rollout_logp, advantages))
-    dtype = torch.promote_types(torch.promote_types(logp.dtype, rollout_logp.dtype), torch.float32)
-    log_ratio = logp.detach().to(dtype) - rollout_logp.to(dtype)  # (B, T), 0 off actions
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)  # (B, T) log_ratio, 0 off actions
+    dtype = log_ratio.dtype
     seg = segment_ids(m, level=level)  # (B, T)
     S = int(seg.max().item()) + 1 if m.any() else 0
     idx = seg.clamp(min=0).flatten()  # non-actions add 0 to bucket 0
@@ -93,23 +88,12 @@ def segment_dis_loss(
     seg_len = log_ratio.new_zeros(max(S, 1)).index_add_(0, idx, m.flatten().to(dtype))  # (S,)
     seg_ratio = torch.exp(seg_sum / seg_len.clamp(min=1))  # (S,)
     ratio = torch.where(m, seg_ratio[idx].view_as(m), 1)  # (B, T)
-    keep = m & (ratio > 1 - eps_low) & (ratio < 1 + eps_high)
-    w = torch.where(keep, ratio, 0)  # (B, T) detached
-    loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
+    loss, _, band = dis_band_loss(logp, advantages, m, ratio, log_ratio, eps_low=eps_low, eps_high=eps_high,
+                                  agg=agg, horizon=horizon)
     with torch.no_grad():
-        low = masked_mean((ratio <= 1 - eps_low).to(dtype), m)
-        high = masked_mean((ratio >= 1 + eps_high).to(dtype), m)
-        sum_w, sum_w2 = w.sum(), (w**2).sum()
-        ess = torch.where(sum_w2 > 0, sum_w**2 / (m.sum() * sum_w2), 0)
         out_S = ((seg_ratio <= 1 - eps_low) | (seg_ratio >= 1 + eps_high))[:S]
-        values = {
-            "dis_masked_low": low, "dis_masked_high": high, "dis_masked": low + high,
-            "ratio_mean": masked_mean(ratio, m),
-            "ratio_max": torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
-            "ess": ess, "approx_kl": masked_mean(0.5 * log_ratio**2, m),
-            "segments_masked": out_S.to(dtype).mean() if S else ratio.new_zeros(()),
-        }
-        metrics = dict(zip(values, torch.stack([v.to(dtype) for v in values.values()]).tolist()))
+        band["segments_masked"] = out_S.to(dtype).mean() if S else ratio.new_zeros(())
+        metrics = dict(zip(band, torch.stack([v.to(dtype) for v in band.values()]).tolist()))
     return loss, metrics
 
 

@@ -121,12 +121,54 @@ def dis_policy_loss(
         KL(pi_rollout || pi_theta) (Schulman, "Approximating KL divergence", 2020), and the
         shared ``sao_env.algos.diagnostics`` (``masked_fraction`` = ``dis_masked`` here).
     """
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)
+    loss, keep, band = dis_band_loss(logp, advantages, m, torch.exp(log_ratio), log_ratio, eps_low=eps_low,
+                                     eps_high=eps_high, agg=agg, horizon=horizon)
+    with torch.no_grad():
+        metrics = _floats(**band, **off_policy_diagnostics(log_ratio, m, ~keep, eps_low=eps_low, eps_high=eps_high))
+    return loss, metrics
+
+
+def rollout_inputs(
+    logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The checked inputs of a loss against the rollout's log-probs, zeroed off the actions.
+
+    Returns:
+        (m, logp, advantages, log_ratio): the bool action mask, logp and advantages zeroed off the
+        actions, and log(pi_theta / pi_rollout) per token, detached, float32 or wider.
+    """
     _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
     _check_band(eps_low, eps_high)
     m = mask.bool()
     logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
-    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
-    ratio = torch.exp(log_ratio)  # (B, T)
+    return m, logp, advantages, _log_ratio(logp, rollout_logp)
+
+
+def dis_band_loss(
+    logp: Tensor,
+    advantages: Tensor,
+    m: Tensor,
+    ratio: Tensor,
+    log_ratio: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    agg: str,
+    horizon: int | None,
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """DIS's strict band on a given per-token ratio (SAO, arXiv 2607.07508): the token's own ratio in
+    ``dis_policy_loss``, a ratio shared by a segment's tokens in ``sao_env.agents.segment_dis``.
+
+    w_t = ratio_t if 1-eps_low < ratio_t < 1+eps_high else 0 (detached); loss_t = -w_t * A_t * logp_t.
+
+    Returns:
+        (loss, keep, metrics): ``keep`` the [B, T] kept action tokens; the metrics (0-dim tensors, no
+        gradient) ``dis_masked_low``, ``dis_masked_high``, ``dis_masked``, ``ratio_mean``,
+        ``ratio_max`` (of ``ratio``), ``ess`` and ``approx_kl`` (k2 of the token ``log_ratio``), as
+        ``dis_policy_loss`` documents them.
+    """
     keep = m & (ratio > 1 - eps_low) & (ratio < 1 + eps_high)
     w = torch.where(keep, ratio, 0)  # (B, T) detached importance weight
     loss = agg_loss(-w * advantages * logp, m, agg, horizon=horizon)
@@ -135,17 +177,16 @@ def dis_policy_loss(
         high = masked_mean((ratio >= 1 + eps_high).to(ratio.dtype), m)
         sum_w, sum_w2 = w.sum(), (w**2).sum()
         ess = torch.where(sum_w2 > 0, sum_w**2 / (m.sum() * sum_w2), 0)
-        metrics = _floats(
-            dis_masked_low=low,
-            dis_masked_high=high,
-            dis_masked=low + high,
-            ratio_mean=masked_mean(ratio, m),
-            ratio_max=torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
-            ess=ess,
-            approx_kl=masked_mean(0.5 * log_ratio**2, m),
-            **off_policy_diagnostics(log_ratio, m, ~keep, eps_low=eps_low, eps_high=eps_high),
-        )
-    return loss, metrics
+        metrics = {
+            "dis_masked_low": low,
+            "dis_masked_high": high,
+            "dis_masked": low + high,
+            "ratio_mean": masked_mean(ratio, m),
+            "ratio_max": torch.where(m, ratio, 0).max() if m.any() else ratio.new_zeros(()),
+            "ess": ess,
+            "approx_kl": masked_mean(0.5 * log_ratio**2, m),
+        }
+    return loss, keep, metrics
 
 
 def ppo_clip_loss(
@@ -280,11 +321,8 @@ def tis_policy_loss(
         the weight is C either way), ``ratio_mean``, ``ratio_max``, ``approx_kl`` (k2, as DIS), and
         the shared ``sao_env.algos.diagnostics`` (``masked_fraction`` = ``tis_truncated``).
     """
-    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
-    _check_band(eps_low, eps_high)
-    m = mask.bool()
-    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
-    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)
     ratio = torch.exp(log_ratio)
     cap = 1 + eps_high
     truncated = m & (ratio > cap)
@@ -330,11 +368,8 @@ def mis_token_policy_loss(
         (loss, metrics): ``ratio_mean``, ``ratio_max``, ``approx_kl`` (k2), and the shared
         ``sao_env.algos.diagnostics``; ``masked_fraction`` = ``out_band_low + out_band_high``.
     """
-    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
-    _check_band(eps_low, eps_high)
-    m = mask.bool()
-    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
-    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)
     ratio = torch.exp(log_ratio)
     keep = m & (ratio >= 1 - eps_low) & (ratio <= 1 + eps_high)
     w = torch.where(keep, ratio, 0)  # (B, T) detached
@@ -378,11 +413,8 @@ def mis_seq_policy_loss(
         ``approx_kl`` (token level, k2), and the shared ``sao_env.algos.diagnostics``
         (``masked_fraction``: the share of action tokens that lie in masked sequences).
     """
-    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
-    _check_band(eps_low, eps_high)
-    m = mask.bool()
-    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
-    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)
     log_s_B, has_B = sequence_log_ratio(log_ratio, m)
     s_B = torch.exp(log_s_B)  # (B,) detached
     keep_B = has_B & (s_B >= 1 - eps_low) & (s_B <= 1 + eps_high)
@@ -430,11 +462,8 @@ def gspo_policy_loss(
         gradient; = ``masked_fraction``), ``seq_ratio_mean``, ``ratio_mean``, ``ratio_max``,
         ``approx_kl`` (token level, k2), and the shared ``sao_env.algos.diagnostics``.
     """
-    _check_shapes(mask, logp=logp, rollout_logp=rollout_logp, advantages=advantages)
-    _check_band(eps_low, eps_high)
-    m = mask.bool()
-    logp, rollout_logp, advantages = _on_actions(m, logp, rollout_logp, advantages)
-    log_ratio = _log_ratio(logp, rollout_logp)  # (B, T)
+    m, logp, advantages, log_ratio = rollout_inputs(logp, rollout_logp, advantages, mask, eps_low=eps_low,
+                                                    eps_high=eps_high)
     log_s_B, has_B = sequence_log_ratio(log_ratio, m)
     s_BT = torch.exp(log_s_B)[:, None].expand_as(logp)  # (B, T) detached sequence ratio on every token
     s_tok = s_BT * torch.exp(logp - logp.detach())  # value s_i, gradient s_i * grad logp_t
