@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import csv
 import json
-import threading
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from conftest import reply_json
+from local_http import LocalServer
 
 from sao_env.cli import main
 from sao_env.errors import UserError
@@ -148,7 +148,7 @@ def test_vllm_backend_missing_is_a_user_error(monkeypatch):
 # ----------------------------------------------------------------------------- OpenAI-compatible backend
 
 
-class _CannedServer:
+class _CannedServer(LocalServer):
     """Answers /v1/chat/completions and /v1/completions with canned text chosen by ``reply(prompt, seed)``."""
 
     def __init__(self, reply):
@@ -175,17 +175,7 @@ class _CannedServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/v1")
 
 
 def _tasks(suite: str):
@@ -354,7 +344,7 @@ def test_grade_with_an_llm_judge(tmp_path):
 # ----------------------------------------------------------------------------- the HTTP client
 
 
-class _ScriptedServer:
+class _ScriptedServer(LocalServer):
     """HTTP/1.1 (keep-alive) server answering POSTs with scripted (status, headers) replies in turn,
     then 200; records each request's client port (one port = one reused connection)."""
 
@@ -380,17 +370,7 @@ class _ScriptedServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1/chat/completions"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/v1/chat/completions")
 
 
 def test_http_client_honours_retry_after_and_reuses_its_connection():

@@ -16,11 +16,12 @@ import threading
 import types
 import warnings
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from conftest import reply_json
+from local_http import LocalServer
 
 from sao_env.benchmarks import evaluate
 from sao_env.benchmarks.backends import (
@@ -804,7 +805,7 @@ def test_completions_template_none_folder_and_auto(monkeypatch):
 # ----------------------------------------------------------------------------- backends: over HTTP
 
 
-class _FakeOpenAI:
+class _FakeOpenAI(LocalServer):
     """An OpenAI-compatible server on 127.0.0.1: ``answer(path, body)`` gives ``(status, reply object)``."""
 
     def __init__(self, answer):
@@ -823,15 +824,7 @@ class _FakeOpenAI:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "/v1")
 
 
 @pytest.fixture
@@ -844,7 +837,7 @@ def fake_server(no_http_env):
 
     yield start
     for server in started:
-        server.stop()
+        server.close()
 
 
 def _chat(content, finish="stop", usage=None):

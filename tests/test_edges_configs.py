@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pandas as pd
 import pytest
+from local_http import LocalServer
 
 from sao_env.agents.configs import (
     MAX_LR,
@@ -717,17 +717,9 @@ def server():
         def log_message(self, *args):
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state["url"] = f"http://127.0.0.1:{httpd.server_address[1]}/v1/chat/completions"
-    try:
+    with LocalServer(Handler, "/v1/chat/completions") as local:
+        state["url"] = local.url
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 def test_a_real_server_gets_the_key_and_payload_and_a_425_with_retry_after_0_is_retried(server, clean_http):

@@ -15,10 +15,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from local_http import LocalServer
 
 from sao_env.cli import main
 
@@ -48,7 +49,7 @@ def _chat(content) -> dict:
             "usage": {"completion_tokens": 3}}
 
 
-class _Server:
+class _Server(LocalServer):
     """A chat server whose ``behave(body, number)`` picks each reply: ``("json", status, obj)``,
     ``("trickle", interval_s)`` (one byte of a valid reply per interval), ``("endless",)`` (bytes until
     the client hangs up or 20 MB) or ``("hang",)`` (nothing, until the test ends or ``BOUND_S``)."""
@@ -113,20 +114,11 @@ class _Server:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        # polled every 0.05 s for the stop request: shutdown() waits for the next poll (0.5 s by default)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        super().__init__(Handler, "/v1")
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
+    def close(self) -> None:
         self.done.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()
 
 
 def _judge(answers: dict[str, tuple]):

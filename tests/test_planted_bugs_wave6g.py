@@ -54,9 +54,10 @@ def test_a_seed_that_is_a_boolean_is_not_a_whole_number(tmp_path):
 def test_a_server_is_healthy_only_on_200():
     """Changed: ``reply.status == 200`` -> ``< 500`` in ``Server.healthy``: a /health that answers 204 (or any other
     success without the 200 both servers give when ready) is not taken for a ready server. A real local HTTP server."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
     from types import SimpleNamespace
+
+    from local_http import LocalServer
 
     from sao_env.engine.process import Server
 
@@ -71,14 +72,8 @@ def test_a_server_is_healthy_only_on_200():
         def log_message(self, *args):
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
-        seen = {name: Server.healthy(SimpleNamespace(url=f"{base}/{name}")) for name in ("ok", "empty", "down", "gone")}
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with LocalServer(Handler) as local:
+        seen = {name: Server.healthy(SimpleNamespace(url=f"{local.url}/{name}")) for name in ("ok", "empty", "down", "gone")}
     assert seen == {"ok": True, "empty": False, "down": False, "gone": False}
 
 

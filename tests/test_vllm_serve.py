@@ -13,6 +13,7 @@ import json
 
 import pytest
 from conftest import SHARED_DATA, reply_json
+from local_http import LocalServer
 
 from sao_env.engine import process
 from sao_env.errors import UserError
@@ -64,14 +65,13 @@ def test_eval_backend_vllm_serves_the_model_and_answers_as_transformers_greedily
     assert all(t[0].strip() for t in chat.texts)
 
 
-class Renaming:
+class Renaming(LocalServer):
     """The running server as a second start of the same model would serve it: under the name the start was asked
     for (requests reach the server as its own served name, ``model``). ``close`` is recorded, not done."""
 
     def __init__(self, target: str, name: str, stopped: list):
-        import threading
         import urllib.request
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
@@ -86,15 +86,12 @@ class Renaming:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.stopped = stopped
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        super().__init__(Handler)
 
     def close(self) -> None:
         self.stopped.append(True)
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()
 
 
 def packaged_template(folder):
