@@ -69,6 +69,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sao_env.errors import UserError
+from sao_env.experiment import progress
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.tables import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns, run_record
 from sao_env.provenance import code_key, code_version
@@ -531,7 +532,8 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
                             describe=lambda plan: by_out[plan.out].describe(grid.axes),
                             rows=[functools.partial(on_cluster.grid_row, r) for r in todo], **options)
         return GridReport(reused, made)
-    run_many([r.plan for r in todo], jobs=jobs, code=code, show_progress=False, on_done=done, on_warm_start=report,
+    run_many([r.plan for r in todo], jobs=jobs, code=code, show_progress=progress.RUN_AMONG_OTHERS_EVERY_S,
+             on_done=done, on_warm_start=report,
              **options)
     return GridReport(reused, made)
 

@@ -37,7 +37,7 @@ import yaml
 
 from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95
-from sao_env.experiment import RunPlan, expand_config, plan_run, resolve_config, reuse_check, run_many, writing
+from sao_env.experiment import RunPlan, expand_config, plan_run, progress, resolve_config, reuse_check, run_many, writing
 from sao_env.leaderboard.tables import metric_columns, recipe_hash
 from sao_env.provenance import code_key, code_version
 
@@ -212,7 +212,8 @@ def run_sweep(sweep: Sweep, *, jobs: int = 1, skip_existing: bool = True,
 
         on_cluster.run_many(todo, cluster=cluster, code=code, on_done=on_done, report=report)
     else:
-        run_many(todo, jobs=jobs, code=code, show_progress=False, on_done=on_done, on_warm_start=report)
+        run_many(todo, jobs=jobs, code=code, show_progress=progress.RUN_AMONG_OTHERS_EVERY_S, on_done=on_done,
+                 on_warm_start=report)
     return sweep_table(sweep)
 
 

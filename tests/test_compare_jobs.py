@@ -4,6 +4,7 @@ that build the same warm start at once train it once and leave a whole cache ent
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -21,9 +22,10 @@ LOGS = ("metrics.jsonl", "evals.jsonl", "episodes.jsonl", "summary.json")
 
 FORKED_COMPARE = """
 import sys
-from sao_env.experiment import drivers
+from sao_env.experiment import drivers, progress
 from sao_env.cli import main
 choose = drivers._worker_context
+progress.RUN_AMONG_OTHERS_EVERY_S = 0.0  # each worker's run: a line at every report, not every 300 s
 
 def reporting():
     context = choose()
@@ -59,6 +61,9 @@ def test_jobs_2_writes_the_same_runs_and_leaderboard_as_jobs_1(capsys, tmp_path)
             code, out, err = done.returncode, done.stdout, done.stderr
             assert "workers started by fork" in err and "2 thread(s) on its forward passes" in err, err
             assert "warm start trained in" in err, err
+            for seed in (0, 1):  # each worker's run says where it stands, on the stderr it shares with this process
+                shares = [int(m.group(1)) for m in re.finditer(rf"^sao-env: grpo on style-drift seed {seed}: (\d+)% ", err, re.M)]
+                assert len(shares) > 10 and shares == sorted(shares) and shares[-1] <= 100, err[-2000:]
         assert code == 0, err
         # One progress line per finished run.
         assert sum(1 for line in err.splitlines() if "finished in" in line) == 2, err

@@ -9,6 +9,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -23,6 +24,7 @@ from scipy import stats as sps
 from conftest import SHRINK_PHASE_H, shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
+from sao_env.experiment import progress
 from sao_env.grid import (LEDGER, Grid, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
                           run_grid, write_grid)
 from sao_env.leaderboard import maps
@@ -510,7 +512,12 @@ def test_an_interrupted_grid_resumes_to_the_same_table(made, tmp_path, monkeypat
     assert listed[1].startswith(f"reuse  style-drift | grpo {AXIS}=0.0 | seed 0  {first}  finished with the same")
     assert listed[2].startswith(f"run    style-drift | grpo {AXIS}=1.0 | seed 0  {second}  unfinished; resumes from "
                                 "its checkpoint at simulated"), listed
+    monkeypatch.setattr(progress, "RUN_AMONG_OTHERS_EVERY_S", 0.0)  # a line at every report, not every 300 s
     assert main(args) == 0
+    err = capsys.readouterr().err
+    shares = [int(m.group(1)) for m in re.finditer(r"^sao-env: grpo on style-drift seed 0: (\d+)% t=\S+h ep=\d+ ", err, re.M)]
+    assert len(shares) > 10 and shares == sorted(shares) and shares[-1] <= 100, err[-2000:]
+    assert "started," not in err and "simulated to its end" not in err  # the grid's own lines say that
     log = (tmp_path / "out" / "grid.log").read_text().splitlines()
     assert log[1] == "reusing 1 of 2 runs (finished with the same configuration and code)"
     assert log[2].startswith(f"[1/1] style-drift | grpo {AXIS}=1.0 | seed 0: online_reward ") and "elapsed 0:" in log[2]

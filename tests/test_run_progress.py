@@ -53,3 +53,20 @@ def test_disabled_progress_prints_nothing():
     with progress.RunProgress(False, scenario, config, stream=log) as report:
         report(SimpleNamespace(now=3600.0, consumed=10, staleness=[]), runtime, [])
     assert log.getvalue() == ""
+
+
+def test_a_run_among_others_prints_a_plain_line_at_its_own_interval_on_any_stream(monkeypatch):
+    """A number for ``enabled`` (a grid's or a pool worker's run): a plain line every that many seconds, on a
+    terminal too (no bar), and no start or end line: the command that made the run says when it starts and ends."""
+    scenario, config, runtime = _fixtures()
+    for stream in (io.StringIO(), _Terminal()):
+        clock = iter([100.0, 131.0, 400.0, 450.0, 701.0, 710.0])  # enter; reports at +31, +300, +350, +601; exit
+        monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+        with progress.RunProgress(300.0, scenario, config, stream=stream) as report:
+            for now in (600.0, 1800.0, 3600.0, 5400.0):
+                report(SimpleNamespace(now=now, consumed=int(now / 10), staleness=[1]), runtime, [1.0])
+        assert stream.getvalue().splitlines() == [
+            # +31 s: 31 s after the start, none; +300 s: a line; +350 s: 50 s after it, none; +601 s: a line
+            "sao-env: sao on style-drift seed 3: 25% t=0.50h ep=180 reward=1.00 v=12 stale=1.0 (300 s)",
+            "sao-env: sao on style-drift seed 3: 75% t=1.50h ep=540 reward=1.00 v=12 stale=1.0 (601 s)",
+        ], type(stream).__name__

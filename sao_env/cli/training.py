@@ -448,7 +448,7 @@ def verify(
         raise UserError(f"{target} does not exist")
     with tempfile.TemporaryDirectory(prefix="sao-env-verify-") as scratch_dir:
         scratch = out if out is not None else Path(scratch_dir)
-        from sao_env.experiment import run_many
+        from sao_env.experiment import progress, run_many
         from sao_env.experiment.verify import describe, judge, target_from_run, targets_from_table
         from sao_env.leaderboard.tables import run_record
 
@@ -468,7 +468,8 @@ def verify(
             verdicts.append(judge(by_out[plan.out], summary, record))
             typer.echo(describe(verdicts[-1]))
 
-        run_many([t.plan for t in targets], jobs=jobs or _cores(), on_done=report, show_progress=False)
+        run_many([t.plan for t in targets], jobs=jobs or _cores(), on_done=report,
+                 show_progress=progress.RUN_AMONG_OTHERS_EVERY_S)
     same = sum(v.identical for v in verdicts)
     typer.echo(f"verify: {same} of {len(verdicts)} identical"
                + (f"; {sum(v.plausible for v in verdicts if not v.identical)} of the others within their row's "

@@ -21,6 +21,7 @@ import torch
 
 from sao_env.experiment.files import RunBusy, RunLock, writing
 from sao_env.experiment.plan import RunPlan, reuse_check
+from sao_env.experiment import progress
 from sao_env.experiment.run import RunInterrupted, run_experiment
 from sao_env.forking import fork_is_safe
 from sao_env.policy.warmstart import is_cached, load_warm_started, warm_start_path
@@ -35,7 +36,7 @@ class MadeElsewhere(dict):
 
 
 def run_plan(plan: RunPlan, *, loggers: tuple[str, ...] = (), code: dict | None = None,
-             show_progress: bool = True, checkpoint_every: CheckpointEvery = CheckpointEvery()) -> tuple[dict, float]:
+             show_progress: bool | float = True, checkpoint_every: CheckpointEvery = CheckpointEvery()) -> tuple[dict, float]:
     """Make one planned run, resuming its checkpoint when it has one of the same configuration and
     code; returns its summary and wall-clock seconds. When another process is making the same run
     (its directory is locked), wait for it and reuse its result if it finished."""
@@ -146,7 +147,7 @@ def _worker_context() -> multiprocessing.context.BaseContext:
 
 
 def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = (), code: dict | None = None,
-             show_progress: bool = True, on_done: Callable[[RunPlan, dict, float], None] | None = None,
+             show_progress: bool | float = True, on_done: Callable[[RunPlan, dict, float], None] | None = None,
              checkpoint_every: CheckpointEvery = CheckpointEvery(),
              on_warm_start: Callable[[str], None] | None = None) -> None:
     """Make independent runs, ``jobs`` at a time in worker processes (one torch thread each, started
@@ -158,6 +159,8 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     (SIGINT, SIGTERM) stops the pool in order (``_stop_pool``): the runs in flight write their
     checkpoints and ``RunsInterrupted`` names them.
     ``on_warm_start(line)`` hears when missing warm starts are trained before the runs.
+    ``show_progress`` as ``RunProgress``'s ``enabled``; in a worker, where no bar can be drawn, True
+    becomes a line every ``progress.RUN_AMONG_OTHERS_EVERY_S`` (a worker's stderr is this process's).
     """
     code = code or provenance.code_version()
     _check_run_folders(plans)
@@ -174,7 +177,8 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
     stop = context.Event()
     with ProcessPoolExecutor(max_workers=min(jobs, len(plans)), mp_context=context,
                              initializer=_init_worker, initargs=(os.getpid(), stop)) as pool:
-        futures = {pool.submit(_run_in_worker, plan, loggers=loggers, code=code, show_progress=False,
+        in_worker = progress.RUN_AMONG_OTHERS_EVERY_S if show_progress is True else show_progress
+        futures = {pool.submit(_run_in_worker, plan, loggers=loggers, code=code, show_progress=in_worker,
                                checkpoint_every=checkpoint_every): plan for plan in plans}
         try:
             for future in as_completed(futures):

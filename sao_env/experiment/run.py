@@ -103,10 +103,11 @@ class Run:
     none at all starts from the beginning, said on stderr, unless the directory holds a finished
     run, which is refused); ``"auto"`` resumes only a checkpoint of the same configuration and code
     and otherwise starts afresh; ``False`` starts afresh. ``overwrite`` allows replacing a run of
-    another configuration in ``out``.
+    another configuration in ``out``. ``show_progress`` as ``sao_env.experiment.progress.RunProgress``'s
+    ``enabled`` (a number: a run among others, a line that often and no warm-start bar).
     """
 
-    def __init__(self, config: RunConfig, out: Path, *, show_progress: bool = True, save_checkpoint: bool = True,
+    def __init__(self, config: RunConfig, out: Path, *, show_progress: bool | float = True, save_checkpoint: bool = True,
                  label: str | None = None, overrides: tuple[str, ...] | list[str] = (),
                  loggers: tuple[str, ...] = (), code: dict | None = None,
                  resume: bool | Literal["auto"] = False, checkpoint_every: CheckpointEvery = CheckpointEvery(),
@@ -255,7 +256,7 @@ class Run:
         saver = _Checkpoints(self.checkpoints, self.checkpoint_every, provenance, restored, segments, on_signal=self.sim)
         try:
             if restored is None:
-                agent = build_agent(config, scenario, show_progress=self.show_progress)
+                agent = build_agent(config, scenario, show_progress=self.show_progress is True)
             else:
                 agent, scenario = restored["runtime"]["agent"], restored["runtime"]["scenario"]
                 ckpt.set_rng_states(restored["rng"])
@@ -462,7 +463,7 @@ def _numerics_segments(restored: dict | None, now: dict) -> list[dict]:
 
 
 def _simulate(config: RunConfig, scenario: Scenario, agent: Agent, metrics: JsonLines, evals_log: JsonLines,
-              episodes_log: JsonLines, trackers: list, show_progress: bool, saver: _Checkpoints):
+              episodes_log: JsonLines, trackers: list, show_progress: bool | float, saver: _Checkpoints):
     """The simulated run, each record logged as it happens; returns (state, runtime, evals, rewards, masked).
 
     ``saver`` checkpoints at clean points; when it holds a restored checkpoint the runtime and the
