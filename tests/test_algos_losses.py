@@ -582,3 +582,21 @@ def test_policy_loss_registry_one_signature_and_one_call():
             POLICY_LOSSES[name](logp, ref, adv, mask, eps_low=0.3, eps_high=5.0, dual_clip=3.0)
     with pytest.raises(ValueError, match="eps_low"):
         POLICY_LOSSES["dis"](logp, ref, adv, mask, eps_low=0.0, eps_high=5.0)
+
+
+def test_each_loss_reports_its_own_masked_share_as_masked_fraction():
+    """``masked_fraction`` is the share of action tokens the loss in use took out (sao_env.algos.diagnostics), for
+    DIS its out-of-band tokens: ratios 0.5, 1, 2 and 7 with the band (0.7, 6) drop 0.5 and 7 of the row's first
+    three action tokens and the fourth, a non-action, counts nowhere: 2 of 3. Beside it, each loss's own share."""
+    ratios = torch.tensor([[0.5, 1.0, 7.0, 2.0]], dtype=torch.float64)
+    ref = torch.full_like(ratios, -1.0)
+    mask = torch.tensor([[True, True, True, False]])
+    _, metrics = dis_policy_loss(ref + ratios.log(), ref, torch.ones_like(ref), mask, eps_low=0.3, eps_high=5.0)
+    assert metrics["masked_fraction"] == metrics["dis_masked"] == pytest.approx(2 / 3)
+    mask, ref, adv = randn(6, 20, 1) > -0.5, randn(6, 20, 2) - 2, randn(6, 20, 3)
+    logp = ref + randn(6, 20, 4, scale=0.5)
+    own = {"dis": "dis_masked", "tis": "tis_truncated"}
+    for name, key in own.items():
+        metrics = POLICY_LOSSES[name](logp, ref, adv, mask, eps_low=0.3, eps_high=0.2)[1]
+        assert 0 < metrics[key] < 1 and metrics[key] != 0.5, (name, metrics[key])  # kept and dropped shares differ
+        assert metrics["masked_fraction"] == pytest.approx(metrics[key]), name
