@@ -127,3 +127,49 @@ def test_a_run_folder_that_cannot_be_written_is_one_line_before_any_warm_start_o
     assert line.startswith(f"sao-env: error: cannot write {runs / 'style-drift'}") and line.endswith("Not a directory"), err
     assert "warm start" not in err and "workers started" not in err and not out
     assert not (cache / "warmstart").exists() or not any((cache / "warmstart").iterdir())
+
+
+KILLED_WORKER = """
+import os, signal, sys
+import torch
+from sao_env.experiment import drivers
+from sao_env.cli import main
+made = drivers.run_plan
+
+def run_plan(plan, **options):
+    if plan.config.seed == 1:  # this worker dies as the out-of-memory killer ends one: SIGKILL, at its 3rd update
+        step, calls = torch.optim.Adam.step, [0]
+
+        def killing_step(self, *a, **k):
+            calls[0] += 1
+            if calls[0] == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return step(self, *a, **k)
+
+        torch.optim.Adam.step = killing_step
+    return made(plan, **options)
+
+drivers.run_plan = run_plan
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_worker_killed_mid_run_is_one_line_naming_its_run_and_the_likely_cause(tmp_path):
+    """As a user runs it (its own process, forked workers): one worker is killed with SIGKILL inside its run, as
+    the out-of-memory killer does (the real-model board's two SAO runs at once on 24 GB). The pool breaks; the
+    command says so in one line that names the worker, the signal, the run it was making (from the run's lock)
+    and the likely cause, exits 2, and prints no traceback."""
+    runs = tmp_path / "runs"
+    argv = ["compare", "--agents", "grpo", "--seeds", "0,1", "--runs-dir", str(runs), "--jobs", "2",
+            "--leaderboard-dir", str(tmp_path / "boards"), *shrink_overrides("grpo")]
+    done = subprocess.run([sys.executable, "-c", KILLED_WORKER, *argv], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("sao-env: error:")]
+    seed1 = plan_run("style-drift", "grpo", 1, shrink_overrides("grpo"), runs_dir=runs).out
+    found = re.fullmatch(r"sao-env: error: worker (\d+) was killed by SIGKILL while making (\S+) \(on Linux most often "
+                         r"the out-of-memory killer: `dmesg` says; fewer runs at once with --jobs, or more memory or "
+                         r"swap, avoids it\); the runs in flight resume from their checkpoints when the command is run "
+                         r"again", line)
+    assert found and found.group(2) == str(seed1), line
+    assert (seed1 / ".lock").read_text().startswith(f"pid {found.group(1)} on host ")
+    assert "Traceback" not in done.stderr and not (seed1 / "summary.json").exists()

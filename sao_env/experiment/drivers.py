@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +22,7 @@ import torch
 
 from sao_env.experiment.files import RunBusy, RunLock, writing
 from sao_env.experiment.plan import RunPlan, reuse_check
+from sao_env.errors import UserError
 from sao_env.experiment import progress
 from sao_env.experiment.run import RunInterrupted, run_experiment
 from sao_env.forking import fork_is_safe
@@ -180,6 +182,7 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
         in_worker = progress.RUN_AMONG_OTHERS_EVERY_S if show_progress is True else show_progress
         futures = {pool.submit(_run_in_worker, plan, loggers=loggers, code=code, show_progress=in_worker,
                                checkpoint_every=checkpoint_every): plan for plan in plans}
+        workers = _processes(pool)
         try:
             for future in as_completed(futures):
                 summary, seconds = future.result()
@@ -187,7 +190,29 @@ def run_many(plans: list[RunPlan], *, jobs: int = 1, loggers: tuple[str, ...] = 
                     on_done(futures[future], summary, seconds)
         except BaseException as err:
             _stop_pool(pool, stop, futures, err)
+            if isinstance(err, BrokenProcessPool):
+                raise UserError(worker_death(workers, plans)) from None
             raise
+
+
+def worker_death(workers: list, plans: list[RunPlan]) -> str:
+    """One line for a pool that broke because a worker died: the worker, the signal that ended it, the run it was
+    making (from the run directory's lock, which names its writer's PID) and what to do. SIGKILL is, on Linux, most
+    often the kernel's out-of-memory killer; the pool then stops the other workers with SIGTERM."""
+    dead = [w for w in workers if w.exitcode is not None and w.exitcode not in (0, -signal.SIGTERM)]
+    if not dead:
+        return "a worker process ended abruptly; the runs in flight resume from their checkpoints when the command is run again"
+    parts = []
+    for worker in dead:
+        how = (f"killed by {signal.Signals(-worker.exitcode).name}" if worker.exitcode < 0
+               else f"ended with status {worker.exitcode}")
+        making = [str(plan.out) for plan in plans if (plan.out / ".lock").is_file()
+                  and RunLock(plan.out).owner().startswith(f"pid {worker.pid} ")]
+        parts.append(f"worker {worker.pid} was {how}" + (f" while making {', '.join(making)}" if making else ""))
+    oom = any(w.exitcode == -signal.SIGKILL for w in dead)
+    return ("; ".join(parts) + (" (on Linux most often the out-of-memory killer: `dmesg` says; fewer runs at once with "
+                                "--jobs, or more memory or swap, avoids it)" if oom else "")
+            + "; the runs in flight resume from their checkpoints when the command is run again")
 
 
 def _processes(pool: ProcessPoolExecutor) -> list:
