@@ -11,6 +11,7 @@ run that was never interrupted.
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import multiprocessing
 import os
@@ -54,6 +55,24 @@ def test_checkpoint_roundtrip_and_checksum(tmp_path):
         ckpt.decode(b"")
 
 
+def test_a_written_checkpoint_is_the_encoding_streamed_to_its_file(tmp_path):
+    """``write`` streams the body to the file and puts the header over a blank first (no copy of a real model's
+    gigabytes in memory): the file is ``encode``'s bytes exactly, so every checkpoint written before reads back,
+    and the checksum is the body's. A state with tensors of several dtypes and shared storage, and a big one."""
+    weights = torch.arange(300_000, dtype=torch.float32)
+    state = {"config_hash": "abc", "weights": weights, "view": weights[10:20], "ids": torch.arange(5), "n": 3,
+             "nested": {"rng": torch.get_rng_state(), "text": "é"}}
+    path = ckpt.write(tmp_path, 7, state)
+    data = path.read_bytes()
+    assert data == ckpt.encode(state)
+    header, body = data[:ckpt.HEADER_BYTES], data[ckpt.HEADER_BYTES:]
+    assert header == b"SAO-CKPT1 " + hashlib.sha256(body).hexdigest().encode() + b"\n"
+    back = ckpt.decode(data)
+    assert torch.equal(back["weights"], weights) and torch.equal(back["view"], weights[10:20]) and back["n"] == 3
+    assert back["nested"]["text"] == "é" and torch.equal(back["nested"]["rng"], state["nested"]["rng"])
+    assert back["format"] == ckpt.FORMAT
+
+
 def test_write_keeps_the_last_two_and_newest_good_falls_back(tmp_path):
     for i in range(1, 5):
         ckpt.write(tmp_path, i, {"i": i})
@@ -68,11 +87,11 @@ def test_write_keeps_the_last_two_and_newest_good_falls_back(tmp_path):
 def test_a_failed_write_leaves_the_earlier_checkpoints(tmp_path, monkeypatch):
     ckpt.write(tmp_path, 1, {"i": 1})
 
-    def full_disk(path, data):
-        Path(path).write_bytes(data[:10])
+    def full_disk(path, state):
+        Path(path).write_bytes(ckpt.encode(state)[:10])
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(ckpt, "_write_file", full_disk)
+    monkeypatch.setattr(ckpt, "_write_streamed", full_disk)
     with pytest.raises(OSError):
         ckpt.write(tmp_path, 2, {"i": 2})
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt-000001.pt"]
@@ -134,16 +153,17 @@ def _arm(point: str, n: int) -> None:
         play = heldout.play
         heldout.play = lambda *a, **k: (tick(), play(*a, **k))[1]
     elif point == "checkpoint":
-        write_file, writes = ckpt._write_file, [0]
+        write_streamed, writes = ckpt._write_streamed, [0]
 
-        def half_then_kill(path, data):
+        def half_then_kill(path, state):
             writes[0] += 1
             if writes[0] == n:
+                data = ckpt.encode(state)
                 Path(path).write_bytes(data[: len(data) // 2])
                 os.kill(os.getpid(), signal.SIGKILL)
-            write_file(path, data)
+            write_streamed(path, state)
 
-        ckpt._write_file = half_then_kill
+        ckpt._write_streamed = half_then_kill
 
 
 def _forget_parents_workers() -> None:
@@ -329,19 +349,19 @@ OTHER_MACHINE = {"cpu": "Hygon C86 7285 32-core Processor", "vendor": "HygonGenu
 def _stopped_after_first_checkpoint(config, out: Path, monkeypatch) -> None:
     """Run until the second checkpoint's write hits a full disk (half a file written): a UserError naming the
     file, and the first checkpoint left to resume from."""
-    write_file, writes = ckpt._write_file, [0]
+    write_streamed, writes = ckpt._write_streamed, [0]
 
-    def full_on_second(path, data):
+    def full_on_second(path, state):
         writes[0] += 1
         if writes[0] == 2:
-            Path(path).write_bytes(data[:100])
+            Path(path).write_bytes(ckpt.encode(state)[:100])
             raise OSError(28, "No space left on device", str(path))
-        write_file(path, data)
+        write_streamed(path, state)
 
-    monkeypatch.setattr(ckpt, "_write_file", full_on_second)
+    monkeypatch.setattr(ckpt, "_write_streamed", full_on_second)
     with pytest.raises(UserError, match=r"^cannot write .*/checkpoints/resume/\.ckpt-000002\.pt\.tmp\d+: No space left on device$"):
         experiment.run_experiment(config, out, show_progress=False, code=CODE, checkpoint_every=EVERY)
-    monkeypatch.setattr(ckpt, "_write_file", write_file)
+    monkeypatch.setattr(ckpt, "_write_streamed", write_streamed)
 
 
 @pytest.mark.slow

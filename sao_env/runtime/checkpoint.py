@@ -136,8 +136,32 @@ def set_rng_states(states: dict[str, Any]) -> None:
 # -- files ---------------------------------------------------------------------------------------
 
 
+HEADER_BYTES = len(MAGIC) + 64 + 1
+"""The header line's length: the magic, the body's sha256 in hex, a newline."""
+
+
+class _HashingWriter:
+    """The file ``torch.save`` writes the body into: each piece goes to ``fd`` as it comes and into the
+    sha256, so that no copy of the body is held in memory (a real model's is gigabytes)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.sha = fd, hashlib.sha256()
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha.update(view)
+        size = len(view)
+        while view:
+            view = view[os.write(self.fd, view):]
+        return size
+
+    def flush(self) -> None:
+        pass
+
+
 def encode(state: dict[str, Any]) -> bytes:
-    """Header line (magic and sha256 of the body) followed by the body (``torch.save`` of ``state``)."""
+    """Header line (magic and sha256 of the body) followed by the body (``torch.save`` of ``state``): the bytes
+    ``write`` streams to its file, in memory."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **state}, buffer)
     body = buffer.getvalue()
@@ -145,13 +169,16 @@ def encode(state: dict[str, Any]) -> bytes:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """The state of an encoded checkpoint; ``CorruptCheckpoint`` when its header or checksum fails."""
-    header, _, body = data.partition(b"\n")
-    if not header.startswith(MAGIC) or len(header) != len(MAGIC) + 64:
+    """The state of an encoded checkpoint; ``CorruptCheckpoint`` when its header or checksum fails. The body is
+    hashed and read in place (a view and an offset, not a copy)."""
+    header = data[:HEADER_BYTES]
+    if not header.startswith(MAGIC) or not header.endswith(b"\n") or len(header) != HEADER_BYTES:
         raise CorruptCheckpoint("no checkpoint header")
-    if hashlib.sha256(body).hexdigest().encode() != header[len(MAGIC):]:
+    if hashlib.sha256(memoryview(data)[HEADER_BYTES:]).hexdigest().encode() != header[len(MAGIC):-1]:
         raise CorruptCheckpoint("checksum mismatch (torn or altered file)")
-    state = torch.load(io.BytesIO(body), weights_only=False)
+    buffer = io.BytesIO(data)  # shares the bytes' memory until written to
+    buffer.seek(HEADER_BYTES)
+    state = torch.load(buffer, weights_only=False)
     if state.get("format") != FORMAT:
         raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r}")
     return state
@@ -164,9 +191,8 @@ def write(folder: Path, index: int, state: dict[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt-{index:06d}.pt"
     tmp = folder / f".{path.name}.tmp{os.getpid()}"
-    data = encode(state)
     try:
-        _write_file(tmp, data)
+        _write_streamed(tmp, state)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -177,12 +203,17 @@ def write(folder: Path, index: int, state: dict[str, Any]) -> Path:
     return path
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def _write_streamed(path: Path, state: dict[str, Any]) -> None:
+    """``encode(state)``'s bytes into ``path`` without holding them: a blank header, the body streamed after it
+    (``_HashingWriter``), then the header with the body's sha256 written over the blank, and an fsync."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        os.write(fd, b" " * HEADER_BYTES)
+        body = _HashingWriter(fd)
+        torch.save({"format": FORMAT, **state}, body)
+        header = MAGIC + body.sha.hexdigest().encode() + b"\n"
+        if os.pwrite(fd, header, 0) != HEADER_BYTES:
+            raise OSError(f"{path}: short write of the checkpoint's header")
         os.fsync(fd)
     finally:
         os.close(fd)
