@@ -19,6 +19,9 @@
 * A node must run the driver's code: before a run, the task compares its own code key
   (``provenance.code_key``) with the driver's and refuses to run on other code, which would record
   results under the driver's key.
+* The nodes' runs print nothing the driver sees (their workers' output stays in the nodes' Ray logs), so
+  the driver says every ``progress.RUN_AMONG_OTHERS_EVERY_S`` on stderr how many runs have finished and
+  how many are on the cluster (stderr only: a grid's log keeps one line per run).
 * A driver killed mid-grid takes its tasks with it (Ray ends a job's workers with its driver); run
   again, it reuses every run its ledger or the run directories list and submits the rest. A run a
   node finished whose row never reached the driver is found finished there and not made again.
@@ -39,8 +42,10 @@ import shutil
 import signal
 import socket
 import tarfile
+import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -329,9 +334,13 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
                                rows[i] if rows is not None else None, cluster.ship): plan
                    for i, plan in enumerate(plans)}
         failed: list[str] = []
+        waiting = _Waiting(len(plans))
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=waiting.until_next_line())
+                if not ready:
+                    waiting.line(len(pending))
+                    continue
                 for ref in ready:
                     plan = pending.pop(ref)
                     try:
@@ -355,6 +364,25 @@ def run_many(plans: list, *, cluster: Cluster, code: dict | None = None, loggers
         if failed:
             raise ClusterFailed(f"{len(failed)} of {len(plans)} runs failed on the cluster (the lines above); "
                                 "the others finished and are recorded. First: " + failed[0])
+
+
+class _Waiting:
+    """The driver's line while it waits on the cluster: runs finished and runs still there, every
+    ``progress.RUN_AMONG_OTHERS_EVERY_S`` seconds of wall clock, on stderr."""
+
+    def __init__(self, total: int):
+        self.total, self.start = total, time.monotonic()
+        self.last = self.start
+
+    def until_next_line(self) -> float:
+        from sao_env.experiment import progress
+
+        return max(0.0, self.last + progress.RUN_AMONG_OTHERS_EVERY_S - time.monotonic())
+
+    def line(self, pending: int) -> None:
+        self.last = time.monotonic()
+        print(f"sao-env: {self.total - pending} of {self.total} runs finished, {pending} on the cluster "
+              f"({self.last - self.start:.0f} s)", file=sys.stderr, flush=True)
 
 
 def _check_fits(ray: Any, nodes: list[dict], cluster: Cluster, report: Callable[[str], None]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import yaml
 
 from conftest import session_env
 from sao_env.cli import main
+from sao_env.experiment import progress
 from sao_env.grid import LEDGER
 
 FIXED_CODE = {"git_commit": "0" * 40, "dirty": False, "diff_sha256": None, "sao_env": "test"}
@@ -163,11 +165,15 @@ def same_tables(out: Path, expected: dict[str, bytes]) -> None:
 
 
 @pytest.mark.slow
-def test_a_node_killed_mid_grid_costs_only_its_runs_in_flight(cluster, expected, fixed_code, tmp_path, monkeypatch):
+def test_a_node_killed_mid_grid_costs_only_its_runs_in_flight(cluster, expected, fixed_code, tmp_path, monkeypatch,
+                                                               capsys):
     """The second worker node's raylet is killed while both nodes make a run: its run is made again on
-    the other node, every run is in the ledger once, the tables are unchanged, the folders shipped back."""
+    the other node, every run is in the ledger once, the tables are unchanged, the folders shipped back.
+    While it waits, the driver says on stderr (not in grid.log) how many runs are finished and how many
+    are on the cluster."""
     tables, _ = expected
     monkeypatch.chdir(grid_folder(tmp_path))
+    monkeypatch.setattr(progress, "RUN_AMONG_OTHERS_EVERY_S", 2.0)
     node_dir = tmp_path / "node"
     victim = cluster.list_all_nodes()[2]
     killed: list[str] = []
@@ -184,6 +190,13 @@ def test_a_node_killed_mid_grid_costs_only_its_runs_in_flight(cluster, expected,
                  "--node-runs-dir", str(node_dir), "--ship-runs"]) == 0
     killer.join(5)
     assert killed, "the node was not killed mid-grid"
+    waiting = [re.fullmatch(r"sao-env: (\d+) of 2 runs finished, (\d+) on the cluster \((\d+) s\)", line)
+               for line in capsys.readouterr().err.splitlines() if " on the cluster (" in line]
+    assert waiting and all(waiting), waiting
+    counts = [(int(m[1]), int(m[2]), int(m[3])) for m in waiting]
+    assert counts[0][:2] == (0, 2) and all(done + left == 2 and left > 0 for done, left, _ in counts), counts
+    assert [s for *_, s in counts] == sorted(s for *_, s in counts) and counts[-1][2] >= 2 * (len(counts) - 1), counts
+    assert " on the cluster (" not in (tmp_path / "out" / "grid.log").read_text()
     hashes = ledger_hashes(tmp_path / "out")
     assert len(hashes) == 2 and len(set(hashes)) == 2
     same_tables(tmp_path / "out", tables)
