@@ -5,7 +5,8 @@
 Prints the wall time; the machine's CPU use over the run (sampled from /proc/stat each second), so that
 the seconds when a core sat idle show; each worker's start (collection) and end; per file, wall seconds
 against the CPU seconds its worker and the worker's children spent (a file that waits on a clock, a
-subprocess or Ray has far more wall than CPU); and the tail, when only one worker was still busy.
+subprocess or Ray has far more wall than CPU); the tail, when only one worker was still busy; and the
+machine's speed on one core just before and after (``SPEED_PROBE``), so that two runs' times can be compared.
 Tests never assert times: this is where the figures in the Makefile's comments come from.
 """
 
@@ -64,6 +65,32 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
     return found
 
 
+SPEED_PROBE = """
+import time, torch
+torch.set_num_threads(1)
+a = torch.randn(512, 512, generator=torch.Generator().manual_seed(0))
+def matmuls():
+    t = time.perf_counter()
+    for _ in range(200):
+        a @ a
+    return time.perf_counter() - t
+def python_loop():
+    t = time.perf_counter()
+    sum(i * i for i in range(3_000_000))
+    return time.perf_counter() - t
+print(min(matmuls() for _ in range(3)), min(python_loop() for _ in range(3)))
+"""
+"""The machine's speed on one core, before and after the suite: this machine class runs the same code up to a
+third slower in some hours (docs/performance.md), which the suite's time alone cannot tell from a change in it."""
+
+
+def _speed_probe() -> tuple[float, float]:
+    """Seconds (best of 3) of 200 float32 512x512 matmuls and of a 3M-step Python loop, on one core."""
+    out = subprocess.run([sys.executable, "-c", SPEED_PROBE], capture_output=True, text=True, check=True).stdout
+    matmul, loop = out.split()
+    return float(matmul), float(loop)
+
+
 def main(argv: list[str]) -> int:
     args = argv[argv.index("--") + 1:] if "--" in argv else ["-q", "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
     timeline = Path(tempfile.mkdtemp(prefix="sao-suite-")) / "timeline.jsonl"
@@ -85,6 +112,7 @@ def main(argv: list[str]) -> int:
 
     subprocess.call([sys.executable, "-m", "compileall", "-q", "-j", "0", "sao_env"], cwd=ROOT,  # as make test does
                     stdout=subprocess.DEVNULL)
+    speed_before = _speed_probe()
     threading.Thread(target=sample, daemon=True).start()
     start = time.time()
     code = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
@@ -94,6 +122,10 @@ def main(argv: list[str]) -> int:
     records = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.is_file() else []
     tests = [r for r in records if r["event"] == "test"]
     print(f"pytest {' '.join(args)}: exit {code}, {wall:.0f} s of wall clock, {len(tests)} tests")
+    speed_after = _speed_probe()
+    print("machine speed, one core (lower is faster): 200 matmuls of 512x512 "
+          f"{speed_before[0]:.2f} s before, {speed_after[0]:.2f} s after; a 3M-step Python loop "
+          f"{speed_before[1]:.2f} s before, {speed_after[1]:.2f} s after")
     if samples:
         used = sum(c for _, c in samples)
         print(f"CPU: {used:.0f} core-seconds over {len(samples)} s sampled, {used / len(samples):.2f} cores on average "
