@@ -71,7 +71,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sao_env.errors import UserError
 from sao_env.experiment import progress
 from sao_env.leaderboard import maps
-from sao_env.leaderboard.tables import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns, run_record
+from sao_env.leaderboard.columns import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns
+from sao_env.leaderboard.records import run_record
 from sao_env.provenance import code_key, code_version
 from sao_env.specs import parse_yaml, read_spec_text
 

@@ -38,7 +38,8 @@ import yaml
 from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95
 from sao_env.experiment import RunPlan, expand_config, plan_run, progress, resolve_config, reuse_check, run_many, writing
-from sao_env.leaderboard.tables import metric_columns, recipe_hash
+from sao_env.leaderboard.columns import metric_columns
+from sao_env.leaderboard.records import recipe_hash
 from sao_env.provenance import code_key, code_version
 
 OBJECTIVES = ("auc", "online_reward")
@@ -281,7 +282,7 @@ def sweep_command(sweep: Sweep, jobs: int | None = None) -> str:
 
 def sweep_markdown(sweep: Sweep, table: pd.DataFrame, ranked: pd.DataFrame, *, command: str, csv_name: str) -> str:
     """The tuning page: what was swept on which cut, the budget, the command, and the trials ranked."""
-    from sao_env.leaderboard.tables import column_format
+    from sao_env.leaderboard.columns import column_format
 
     title = column_format(sweep.objective).title
     versions = sorted(set(table["code_version"].astype(str)))

@@ -210,7 +210,7 @@ class _StoppedRay:
     def options(self, **options):
         return _Task()
 
-    def wait(self, refs, num_returns=1):
+    def wait(self, refs, num_returns=1, timeout=None):
         from sao_env.cli.app import Stopped
 
         raise Stopped(signal.SIGINT)

@@ -21,7 +21,7 @@ from sao_env.cli import main
 from sao_env.cli.training import earlier_rows, write_merged_board
 from sao_env.errors import UserError
 from sao_env.leaderboard import write_scenario_outputs
-from sao_env.leaderboard.tables import board_from_csv
+from sao_env.leaderboard.board import board_from_csv
 from test_leaderboard_site import fake_run
 
 ENV = "style-drift"

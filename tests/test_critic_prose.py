@@ -162,7 +162,7 @@ def test_the_one_call_cell_repeats_the_tool_drift_board(per_seed, readme, top):
     number both tables hold is equal on every seed but final_version (at most 1 apart) and the evaluation's
     columns where the two were evaluated under different versions (the board's evaluation was made again under
     version 3, the map's is version 2), so the two leads are one result, and the READMEs count them once."""
-    from sao_env.leaderboard.tables import is_eval_metric
+    from sao_env.leaderboard.columns import is_eval_metric
 
     board = pd.read_csv(ROOT / "leaderboards" / "tool-drift-runs.csv")
     k1 = per_seed[per_seed["scenario"] == "critic-horizon-k1"]

@@ -22,7 +22,7 @@ from sao_env.errors import UserError
 from sao_env.leaderboard import finding
 from sao_env.leaderboard.finding import BEHIND, LEAD, SHARED, TIE, Place, Standing, finding_lines, standings
 from sao_env.leaderboard.stats import Comparison
-from sao_env.leaderboard.tables import ScenarioBoard
+from sao_env.leaderboard.board import ScenarioBoard
 
 
 def arm(standing: str, mean: float | None = 0.5, low: int = 1, high: int = 1, of: int = 2,

@@ -92,7 +92,7 @@ def test_two_recipes_at_one_seed_share_the_streams_and_two_seeds_do_not(monkeypa
 
 
 def test_the_evaluation_noise_of_an_auc_by_hand():
-    from sao_env.leaderboard.tables import auc_eval_sd
+    from sao_env.leaderboard.records import auc_eval_sd
 
     # weights (0.25, 0.5, 0.25); sum w^2 a (1 - a) = (0.0625 + 0.25 + 0.0625) x 0.25 = 0.09375, over 64 prompts
     assert auc_eval_sd([(0, 0.5), (1, 0.5), (2, 0.5)], 64) == pytest.approx((0.09375 / 64) ** 0.5, rel=1e-12)

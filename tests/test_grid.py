@@ -796,7 +796,7 @@ def test_a_scenario_s_aggregate_leaves_out_the_other_scenario_s_phase_columns():
 
 
 def test_evaluation_versions_and_which_metrics_they_mark():
-    from sao_env.leaderboard.tables import eval_versions, evaluation_text, is_eval_metric
+    from sao_env.leaderboard.columns import eval_versions, evaluation_text, is_eval_metric
 
     assert eval_versions([float("nan"), 2.0, None, 2]) == [1, 2] and eval_versions([]) == []
     assert [m for m in ["online_reward", "auc", "auc_updates", "recovery_h/2_tag", "final_accuracy/1_boxed",

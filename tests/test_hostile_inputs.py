@@ -195,7 +195,8 @@ def test_resume_without_a_usable_checkpoint_keeps_the_logs_aside(shrunk_run, shr
 def test_a_boards_markdown_table_shows_a_recipe_named_like_markup_as_text():
     """A recipe labelled ``<script>alert(1)</script> & co`` appears in the board's table as entities (the
     HTML site escapes it too): no raw ``<script>`` in a table row."""
-    from sao_env.leaderboard.tables import board_from_records, markdown
+    from sao_env.leaderboard.board import board_from_records
+    from sao_env.leaderboard.tables import markdown
 
     name = "<script>alert(1)</script> & co"
     records = [{"agent": a, "label": a, "seed": s, "online_reward": 0.1 * s + (0.05 if a == name else 0.0)}

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_a_cut_every_row_shares_is_a_note_not_part_of_every_label(tmp_path):
     from sao_env.leaderboard import write_scenario_outputs
-    from sao_env.leaderboard.tables import board_from_csv, board_from_run_dirs
+    from sao_env.leaderboard.board import board_from_csv, board_from_run_dirs
 
     runs = tmp_path / "runs"
     env = cut_env()
@@ -49,7 +49,7 @@ def test_a_cut_every_row_shares_is_a_note_not_part_of_every_label(tmp_path):
 
 
 def test_rows_without_a_shared_cut_keep_their_labels(tmp_path):
-    from sao_env.leaderboard.tables import board_from_run_dirs
+    from sao_env.leaderboard.board import board_from_run_dirs
 
     runs = tmp_path / "runs"
     dirs = [fake_run(runs, "sao", s, 0.5, 0.7) for s in range(2)]

@@ -31,7 +31,7 @@ from sao_env.cli import main
 from sao_env.leaderboard import rebuild, write_scenario_outputs, write_table_outputs
 from sao_env.leaderboard.benchmarks import record_benchmark
 from sao_env.leaderboard.site import write_site
-from sao_env.leaderboard.tables import board_from_csv
+from sao_env.leaderboard.board import board_from_csv
 from sao_env.specs import find_spec, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]

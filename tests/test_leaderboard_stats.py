@@ -18,8 +18,11 @@ from sao_env.leaderboard.stats import (format_mde, format_rank, holm, min_detect
                                        pooled_sd, rank_ranges, paired_pvalue, paired_t_pvalue, seeds_for_difference,
                                        sign_flip_pvalue, smallest_p, supported_leader)
 from sao_env.leaderboard.summary import metric_table, reading
-from sao_env.leaderboard.tables import board_power, power_fact
-from sao_env.leaderboard.tables import NO_COLLAPSE, board_from_records, leaderboard_frame, markdown
+from sao_env.leaderboard.board import board_power
+from sao_env.leaderboard.tables import power_fact
+from sao_env.leaderboard.columns import NO_COLLAPSE
+from sao_env.leaderboard.board import board_from_records, leaderboard_frame
+from sao_env.leaderboard.tables import markdown
 
 NAN = float("nan")
 

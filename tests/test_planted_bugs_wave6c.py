@@ -195,9 +195,9 @@ def test_f3_board_lock_is_reentrant_whatever_the_folders_spelling(tmp_path, monk
 
 
 def test_t1_a_table_of_blank_lines_is_an_empty_table(tmp_path):
-    """Planted in ``tables.read_table``: ``if not data:`` for ``if not data.strip():`` (blank lines were reported
+    """Planted in ``tables.read_table`` (now ``board.read_table``): ``if not data:`` for ``if not data.strip():`` (blank lines were reported
     as not CSV instead of an empty table)."""
-    from sao_env.leaderboard.tables import read_table
+    from sao_env.leaderboard.board import read_table
 
     path = tmp_path / "style-drift-runs.csv"
     path.write_text("\n\n")

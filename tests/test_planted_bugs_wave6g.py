@@ -25,9 +25,9 @@ def test_class_rewards_leave_out_infinite_rewards_as_well_as_nan():
 
 
 def test_a_blank_line_in_a_runs_log_is_not_a_cut_off_line(tmp_path):
-    """Changed: ``line.strip() and`` -> ``line and`` in ``tables._check_lines``: a blank line between records is
+    """Changed: ``line.strip() and`` -> ``line and`` in ``tables._check_lines`` (now ``records._check_lines``): a blank line between records is
     skipped (as the readers skip it), while a line cut off mid-record is refused by its number."""
-    from sao_env.leaderboard.tables import BadRun, _check_lines
+    from sao_env.leaderboard.records import _check_lines, BadRun
 
     log = tmp_path / "metrics.jsonl"
     log.write_text('{"step": 1}\n\n   \n{"step": 2}\n')

@@ -57,7 +57,7 @@ def test_a_ctrl_c_without_a_signal_number_stops_the_cluster_run_as_sigint(monkey
         def remote(self, fn):
             return SimpleNamespace(options=lambda **_: SimpleNamespace(remote=lambda plan, *rest: f"ref-{plan.out.name}"))
 
-        def wait(self, refs, num_returns):
+        def wait(self, refs, num_returns, timeout=None):
             raise KeyboardInterrupt
 
         def cancel(self, ref, force):

@@ -9,7 +9,7 @@ import pytest
 
 from sao_env.evaluation.adaptation import adaptation_summary, current_accuracy
 from sao_env.evaluation.stats import mean_ci95, paired_difference
-from sao_env.leaderboard.tables import leaderboard_frame
+from sao_env.leaderboard.board import leaderboard_frame
 from sao_env.scenario import Scenario, ScenarioSpec
 
 NAN = float("nan")

@@ -12,7 +12,7 @@ import pytest
 from conftest import SHRINK
 from sao_env.cli.app import main
 from sao_env.experiment.verify import describe, judge, prediction_interval, targets_from_table
-from sao_env.leaderboard.tables import run_record
+from sao_env.leaderboard.records import run_record
 
 pytestmark = pytest.mark.slow
 

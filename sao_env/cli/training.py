@@ -380,7 +380,8 @@ def write_merged_board(folder: Path, env_name: str, runs_dir: Path,
     from sao_env.experiment.files import replacing
     from sao_env.leaderboard import board_lock
     from sao_env.leaderboard.plots import plot_adaptation
-    from sao_env.leaderboard.tables import load_summaries, write_leaderboard
+    from sao_env.leaderboard.records import load_summaries
+    from sao_env.leaderboard.tables import write_leaderboard
 
     dirs = {label: list(ds) for label, ds in dirs.items()}
     with board_lock(folder):
@@ -404,9 +405,9 @@ def earlier_rows(folder: Path, env_name: str, runs_dir: Path, made: set[Path]) -
     keeps beside its own: ``(kept, dropped)``, each a list of ``(run label, run directory)``. A row of a
     recipe this comparison does not make is kept when its run directory (``RUNS_DIR/<env>/<agent>/seed<N>``)
     still holds a finished run; a recipe this comparison makes is replaced by its new seeds, so a row's
-    seeds are always one comparison's. A table that cannot be read is a UserError (``tables.read_table``),
+    seeds are always one comparison's. A table that cannot be read is a UserError (``board.read_table``),
     never a board without rows."""
-    from sao_env.leaderboard.tables import read_table
+    from sao_env.leaderboard.board import read_table
 
     table = Path(folder) / f"{env_name}-runs.csv"
     if not table.is_file():
@@ -450,7 +451,7 @@ def verify(
         scratch = out if out is not None else Path(scratch_dir)
         from sao_env.experiment import progress, run_many
         from sao_env.experiment.verify import describe, judge, target_from_run, targets_from_table
-        from sao_env.leaderboard.tables import run_record
+        from sao_env.leaderboard.records import run_record
 
         seed_list = _int_list(seeds) if seeds else None
         if target.is_dir():

@@ -13,6 +13,12 @@ Entry points (what ``sao-env compare`` and ``sao-env leaderboard`` call):
   folder's per-seed tables and its ``tuning/`` tables (``sao-env leaderboard --summary DIR``);
 - ``sao_env.leaderboard.benchmarks.record_benchmark(dir, summary)``: a benchmark evaluation's row.
 
+The parts, each depending only on those above it: ``columns`` (which metrics a board shows, titled and
+printed how), ``records`` (a finished run read into its per-seed row and curve), ``stats`` (the paired
+tests, Holm, power), ``board`` (a scenario's rows aggregated and ranked: ``ScenarioBoard``, from runs or
+tables), ``tables`` (the CSV and Markdown files of a board), then ``plots``, ``site``, ``summary``,
+``maps`` and ``finding``, which read boards.
+
 Every table and page is written whole (a temporary file renamed onto it), and each folder's boards are
 read, merged and written by one process at a time (``board_lock``).
 """
@@ -99,7 +105,7 @@ def _write_board(board, folder: Path, *, generator: str, plot_from: Path | None)
 def write_scenario_outputs(run_dirs: list[Path], leaderboard_dir: Path, env_name: str | None = None, *,
                            generator: str = "`sao-env compare`") -> dict[str, Path]:
     """Tables, plot and site of one scenario from its finished run directories (see the module doc)."""
-    from sao_env.leaderboard.tables import board_from_run_dirs
+    from sao_env.leaderboard.board import board_from_run_dirs
 
     return write_board(board_from_run_dirs([Path(d) for d in run_dirs], env_name), leaderboard_dir, generator=generator)
 
@@ -107,7 +113,7 @@ def write_scenario_outputs(run_dirs: list[Path], leaderboard_dir: Path, env_name
 def write_table_outputs(csv_path: Path, leaderboard_dir: Path, *,
                         generator: str = "`sao-env leaderboard`") -> dict[str, Path]:
     """Tables, plot and site of one scenario from a per-seed or aggregated CSV table."""
-    from sao_env.leaderboard.tables import board_from_csv
+    from sao_env.leaderboard.board import board_from_csv
 
     csv_path = Path(csv_path)
     with board_lock(leaderboard_dir):  # the table may be the folder's own: read it under the lock too
@@ -127,7 +133,7 @@ def rebuild(inputs: list[Path], leaderboard_dir: Path, *, generator: str = "`sao
     folder without runs (its tables). Returns the Markdown paths written; a UserError when an
     input holds nothing usable."""
     from sao_env.errors import UserError
-    from sao_env.leaderboard.tables import load_summaries
+    from sao_env.leaderboard.records import load_summaries
 
     run_dirs: list[Path] = []
     tables: list[Path] = []

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from sao_env.errors import UserError
-from sao_env.leaderboard.tables import finite_float
+from sao_env.leaderboard.columns import finite_float
 from sao_env.provenance import code_key, code_version
 
 KEY = ["model", "suite", "k"]

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from sao_env.leaderboard import tables
+from sao_env.leaderboard.columns import SORT_KEY, column_format, finite_float, md_escape
+from sao_env.leaderboard.board import ScenarioBoard
 from sao_env.leaderboard.stats import format_rank
-from sao_env.leaderboard.tables import SORT_KEY, ScenarioBoard, column_format, finite_float
 
 LEAD, SHARED, TIE, BEHIND = "lead", "shared", "tie", "behind"
 STANDING_WORDS = {
@@ -493,7 +493,7 @@ def matrix_markdown(found: list[Place], prefix: str = "", heading: str = "##") -
                 continue
             mean = "n/a" if s.mean is None else f"{s.mean:.3f}"
             cells.append((f"**{mean}**" if s.standing in (LEAD, SHARED) else mean) + f" #{s.rank} of {s.of}")
-        lines.append(f"| {tables._md_escape(label)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {md_escape(label)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 

@@ -40,8 +40,8 @@ import pandas as pd
 from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.leaderboard.stats import format_mde, format_rank, holm, min_detectable_difference, pairwise, rank_ranges
 from sao_env.leaderboard.predictions import VERDICT_CSV, VERDICT_MD, verdict_display
-from sao_env.leaderboard.tables import (column_format, finite_float, format_cell, format_difference, format_p,
-                                        is_eval_metric)
+from sao_env.leaderboard.columns import (column_format, finite_float, format_cell, format_difference, format_p,
+                                         is_eval_metric)
 
 PLANNED = "planned"
 POST_HOC = "post hoc"

@@ -70,7 +70,7 @@ def plot_adaptation(runs: dict[str, list[Path]], path: Path, *, title: str | Non
     """Plot run directories grouped by label (``{label: [run dirs]}``), e.g. one run's own curve;
     the legend names each group by its recipe and overrides (``legend_label``)."""
     from sao_env.evaluation.adaptation import current_accuracy
-    from sao_env.leaderboard.tables import scenario_facts
+    from sao_env.leaderboard.records import scenario_facts
     from sao_env.scenario import Scenario, ScenarioSpec
 
     first = next(iter(runs.values()))[0]
@@ -90,7 +90,7 @@ def plot_adaptation(runs: dict[str, list[Path]], path: Path, *, title: str | Non
 
 def plot_curves(curves: pd.DataFrame, facts: dict, path: Path, *, title: str, order: list[str] | None = None) -> Path:
     """Plot ``curves`` (label, seed, sim_time_h, accuracy) with the scenario's phases, drifts and
-    threshold from ``facts`` (``tables.scenario_facts``); lines in ``order`` (default: sorted labels)."""
+    threshold from ``facts`` (``records.scenario_facts``); lines in ``order`` (default: sorted labels)."""
     labels = order or sorted(curves["label"].unique())
     fig, ax = plt.subplots(figsize=(8, 4.2))
     for i, label in enumerate(labels):

@@ -32,12 +32,14 @@ from typing import Any
 import pandas as pd
 
 from sao_env.experiment.files import replacing
-from sao_env.leaderboard import tables
+from sao_env.leaderboard.columns import (SORT_KEY, UNKNOWN, column_format, finite_float, format_cell, format_difference,
+                                         format_p)
+from sao_env.leaderboard.board import (ScenarioBoard, board_from_csv, board_power, budget_words, code_versions,
+                                       paired_frame)
+from sao_env.leaderboard.tables import collapse_cell, display_columns, header_facts, rank_cell, seeds_cell
 from sao_env.leaderboard.benchmarks import interval_text
 from sao_env.leaderboard.stats import format_mde
 from sao_env.provenance import code_key, code_version
-from sao_env.leaderboard.tables import (SORT_KEY, UNKNOWN, ScenarioBoard, code_versions, column_format, finite_float,
-                                       format_cell)
 
 RULE = [
     "<b>Same budget.</b> Every recipe runs the same scenario file for the same simulated duration on the same "
@@ -139,12 +141,12 @@ def read_boards(folder: Path) -> list[ScenarioBoard]:
     folder = Path(folder)
     boards = {}
     for path in sorted(folder.glob("*-runs.csv")):
-        boards[path.stem.removesuffix("-runs")] = tables.board_from_csv(path)
+        boards[path.stem.removesuffix("-runs")] = board_from_csv(path)
     for path in sorted(folder.glob("*.csv")):
         env = path.stem
         if env.endswith(("-runs", "-curves")) or env == "benchmarks" or env in boards or is_stability(path):
             continue
-        boards[env] = tables.board_from_csv(path)
+        boards[env] = board_from_csv(path)
     from sao_env.leaderboard.summary import order_boards
 
     return order_boards(list(boards.values()))
@@ -393,11 +395,11 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
             best = b.supported_best(SORT_KEY) == label
             text = format_cell(row[SORT_KEY], row[f"{SORT_KEY}_ci95"], 0, row["seeds"], SORT_KEY)
             cells.append(f'<td class="num{" best" if best else ""}" data-sort="{_sort_value(row[SORT_KEY])}">'
-                         f'{e(text)} <span class="muted">#{e(tables.rank_cell(row))} of {len(b.frame)}</span></td>')
+                         f'{e(text)} <span class="muted">#{e(rank_cell(row))} of {len(b.frame)}</span></td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
     power = []
     for b in boards:
-        p = tables.board_power(b)
+        p = board_power(b)
         text = "n/a" if p is None else f"{format_mde(p['mde'])} (n={p['n']}, m={p['m']})"
         power.append(f'<td class="num" data-sort="{_sort_value(None if p is None else p["mde"])}">{e(text)}</td>')
     foot = ('<tfoot><tr><td class="label">minimum detectable difference</td><td></td>' + "".join(power)
@@ -405,7 +407,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
     others = ""
     if apart:
         others = ('<p class="note">At another budget, ranked only among themselves (docs/leaderboard.md): '
-                  + "; ".join(f'<a href="#{_sid(b.env)}">{e(b.env)}</a> at {e(tables.budget_words(b.facts))}'
+                  + "; ".join(f'<a href="#{_sid(b.env)}">{e(b.env)}</a> at {e(budget_words(b.facts))}'
                               for b in apart) + ".</p>")
     return ('<section id="summary"><h2>Summary: online reward by scenario</h2>'
             '<p class="muted">Mean ± 95% interval over seeds and the rank the seeds support (<code>#1–3</code>: a tie); '
@@ -426,7 +428,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
 def _scenario(board: ScenarioBoard, folder: Path) -> str:
     e = html.escape
     sid = _sid(board.env)
-    facts = tables.header_facts(board, "")[:-1] + [("source", board.source)]
+    facts = header_facts(board, "")[:-1] + [("source", board.source)]
     parts = [f'<section id="{sid}" class="scenario" data-scenario="{e(board.env)}"><h2>{e(board.env)}</h2>']
     if board.facts.get("description"):
         parts.append(f"<p>{e(str(board.facts['description']))}</p>")
@@ -446,9 +448,9 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
     parts.append(_paired_table(board, sid))
     parts.append(_tests_table(board, sid))
     for i, other in enumerate(board.apart, start=2):
-        other_facts = [(k, v) for k, v in tables.header_facts(other, "")
+        other_facts = [(k, v) for k, v in header_facts(other, "")
                        if k in ("budget", "phases", "seeds", "power", "ranks", "collapses")]
-        parts.append(f"<h3>Rows at another budget: {e(tables.budget_words(other.facts))}</h3>"
+        parts.append(f"<h3>Rows at another budget: {e(budget_words(other.facts))}</h3>"
                      '<p class="muted">Not ranked with the rows above (a board ranks one budget).</p>'
                      '<dl class="facts">' + "".join(f"<dt>{e(k)}</dt><dd>{_inline_code(v)}</dd>" for k, v in other_facts)
                      + "</dl>")
@@ -461,7 +463,7 @@ def _scenario(board: ScenarioBoard, folder: Path) -> str:
 def _board_table(board: ScenarioBoard, sid: str) -> str:
     e = html.escape
     metrics = board.metrics
-    headline = tables.display_columns(board)
+    headline = display_columns(board)
     extra_metrics = [m for m in metrics if m not in headline]
     collapses = "collapses" in board.frame.columns
     table_id = f"table-{sid}"
@@ -478,14 +480,14 @@ def _board_table(board: ScenarioBoard, sid: str) -> str:
     body = []
     for _, row in board.frame.iterrows():
         label = str(row["label"])
-        cells = [f'<td class="num" data-sort="{int(row["rank"])}">{e(tables.rank_cell(row))}</td>',
+        cells = [f'<td class="num" data-sort="{int(row["rank"])}">{e(rank_cell(row))}</td>',
                  f'<td class="label" data-sort="{e(label)}">{e(label)}</td>',
                  f'<td class="num" data-sort="{int(row["seeds"])}" title="seeds {e(str(row["seed_list"]))}">'
-                 f'{e(tables._seeds_cell(row))}</td>']
+                 f'{e(seeds_cell(row))}</td>']
         for m in headline + (["collapses"] if collapses else []) + extra_metrics:
             if m == "collapses":
                 cells.append(f'<td class="num" data-sort="{_sort_value(row.get("collapses"))}">'
-                             f"{e(tables._collapse_cell(row))}</td>")
+                             f"{e(collapse_cell(row))}</td>")
                 continue
             missed = row.get(f"{m}_missed", 0) or 0
             text = format_cell(row[m], row[f"{m}_ci95"], missed, row["seeds"], m)
@@ -520,8 +522,8 @@ def _tests_table(board: ScenarioBoard, sid: str) -> str:
         verdict = "not made (fewer than 2 shared seeds)" if not c.made else (f"{c.winner} better" if c.winner else "tie")
         values = {"pair": (f"{c.a} − {c.b}", f"{c.a} − {c.b}"), "n": (str(c.n), str(c.n)),
                   "difference": ("n/a" if math.isnan(c.mean) else f"{c.mean:+.3f}", _sort_value(c.mean)),
-                  "p": (tables.format_p(c.p), _sort_value(c.p)),
-                  "p_holm": (tables.format_p(c.p_holm), _sort_value(c.p_holm)),
+                  "p": (format_p(c.p), _sort_value(c.p)),
+                  "p_holm": (format_p(c.p_holm), _sort_value(c.p_holm)),
                   "mde": (format_mde(c.mde), _sort_value(c.mde)), "verdict": (verdict, verdict)}
         body.append("<tr>" + "".join(f'<td{" class=num" if num else ""} data-sort="{e(values[k][1])}">{e(values[k][0])}</td>'
                                      for k, _, num in keys) + "</tr>")
@@ -537,7 +539,7 @@ def _tests_table(board: ScenarioBoard, sid: str) -> str:
 def _paired_table(board: ScenarioBoard, sid: str) -> str:
     """Each recipe minus the reference recipe per headline metric, paired by seed (empty without a reference row)."""
     e = html.escape
-    frame = tables.paired_frame(board)
+    frame = paired_frame(board)
     if frame is None or frame.empty:
         return ""
     ref = board.reference
@@ -550,7 +552,7 @@ def _paired_table(board: ScenarioBoard, sid: str) -> str:
         by_metric = {r["metric"]: r for _, r in rows.iterrows()}
         for c in columns:
             r = by_metric[c]
-            text = tables.format_difference(r["mean"], r["ci95"], int(r["n"]), c)
+            text = format_difference(r["mean"], r["ci95"], int(r["n"]), c)
             title = f"seeds paired: {r['seeds'] or 'none'}"
             cells.append(f'<td class="num" data-sort="{_sort_value(r["mean"])}" title="{e(title)}">{e(text)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -10,8 +10,8 @@ metric (the online reward without collapsed runs when recorded, then AUC) a tabl
 recipes x scenarios whose cells are mean ± half-width of the 95% Student-t interval over seeds,
 the number of seeds and the rank the seeds support within the scenario (``stats.rank_ranges``:
 ``#1–3`` is a tie), with a row of each board's minimum detectable paired difference under its own
-rule (``tables.board_power``: Holm over the board's comparisons, stated at α/m); each recipe
-minus the reference recipe (``grpo``), paired by seed (``tables.paired_frame``); the collapses.
+rule (``board.board_power``: Holm over the board's comparisons, stated at α/m); each recipe
+minus the reference recipe (``grpo``), paired by seed (``board.paired_frame``); the collapses.
 Boards at another budget (cuts, and rows of another budget inside a board) are listed apart,
 ranked only among themselves. Then links to each scenario's page and per-seed table, the tuning
 tables under ``tuning/`` (``sao_env.sweep``) with their sweep size, cut and winning trial, the grids
@@ -32,10 +32,12 @@ import pandas as pd
 
 from sao_env.errors import UserError
 from sao_env.experiment.files import replacing
-from sao_env.leaderboard import tables
+from sao_env.leaderboard.columns import (FACT_COLUMNS, NO_COLLAPSE, SORT_KEY, UNKNOWN, column_format, eval_versions,
+                                         finite_float, format_cell, format_difference, md_escape, num_text)
+from sao_env.leaderboard.board import (REFERENCE, board_from_csv, board_power, budget_words, code_versions,
+                                       paired_frame, ScenarioBoard, spec_budget)
+from sao_env.leaderboard.tables import collapse_cell, header_facts
 from sao_env.leaderboard.stats import ALPHA, POWER, format_mde, format_rank, min_seeds, rank_ranges, smallest_p
-from sao_env.leaderboard.tables import (NO_COLLAPSE, REFERENCE, SORT_KEY, UNKNOWN, ScenarioBoard, code_versions,
-                                       column_format, eval_versions, finite_float)
 
 METRICS = ("online_reward", "auc")
 """The metrics summarised across scenarios, in this order (docs/metrics.md)."""
@@ -50,7 +52,7 @@ def order_boards(boards: list[ScenarioBoard]) -> list[ScenarioBoard]:
 
 def per_seed_boards(folder: Path) -> list[ScenarioBoard]:
     """The board of every ``<scenario>-runs.csv`` in ``folder``, the flagship first (``order_boards``)."""
-    return order_boards([tables.board_from_csv(p) for p in sorted(Path(folder).glob("*-runs.csv"))])
+    return order_boards([board_from_csv(p) for p in sorted(Path(folder).glob("*-runs.csv"))])
 
 
 def split_budgets(boards: list[ScenarioBoard]) -> tuple[list[ScenarioBoard], list[ScenarioBoard]]:
@@ -116,15 +118,15 @@ def metric_table(boards: list[ScenarioBoard], metric: str, *, prefix: str = "", 
     ranks = {b.env: metric_ranks(b, metric) for b in boards}
     for label in labels:
         algorithm = next((str(b.frame.loc[b.frame["label"].astype(str) == label, "algorithm"].iloc[0])
-                          for b in boards if (b.frame["label"].astype(str) == label).any()), tables.UNKNOWN)
-        cells = [tables._md_escape(label), algorithm]
+                          for b in boards if (b.frame["label"].astype(str) == label).any()), UNKNOWN)
+        cells = [md_escape(label), algorithm]
         for b in boards:
             mine = b.frame["label"].astype(str) == label
             if metric not in b.frame.columns or not mine.any():
                 cells.append("—")
                 continue
             row = b.frame[mine].iloc[0]
-            text = tables.format_cell(row[metric], row[f"{metric}_ci95"], 0, row["seeds"], metric)
+            text = format_cell(row[metric], row[f"{metric}_ci95"], 0, row["seeds"], metric)
             known = finite_float(row[metric]) is not None
             rank = f" #{format_rank(*ranks[b.env][label])} of {len(b.frame)}" if known else ""
             if b.supported_best(metric) == label:
@@ -136,7 +138,7 @@ def metric_table(boards: list[ScenarioBoard], metric: str, *, prefix: str = "", 
 
 
 def _power_cell(board: ScenarioBoard, metric: str) -> str:
-    power = tables.board_power(board, metric)
+    power = board_power(board, metric)
     return "n/a" if power is None else f"{format_mde(power['mde'])} (n={power['n']}, m={power['m']})"
 
 
@@ -149,7 +151,7 @@ def floor_words(boards: list[ScenarioBoard]) -> str:
 
 def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS) -> list[str]:
     """Markdown lines: each recipe minus the reference per scenario and metric, paired by seed."""
-    frames = {b.env: tables.paired_frame(b, list(metrics)) for b in boards}
+    frames = {b.env: paired_frame(b, list(metrics)) for b in boards}
     frames = {env: f for env, f in frames.items() if f is not None and not f.empty}
     if not frames:
         return [f"## Paired differences to {REFERENCE}", "",
@@ -174,8 +176,8 @@ def paired_table(boards: list[ScenarioBoard], metrics: tuple[str, ...] = METRICS
                     cells.append("—")
                 else:
                     r = match.iloc[0]
-                    cells.append(tables.format_difference(r["mean"], r["ci95"], int(r["n"]), metric))
-            lines.append(f"| {tables._md_escape(label)} − {REFERENCE} | {column_format(metric).title} | " + " | ".join(cells) + " |")
+                    cells.append(format_difference(r["mean"], r["ci95"], int(r["n"]), metric))
+            lines.append(f"| {md_escape(label)} − {REFERENCE} | {column_format(metric).title} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -195,8 +197,8 @@ def collapse_table(boards: list[ScenarioBoard]) -> list[str]:
         cells = []
         for b in boards:
             mine = b.frame[b.frame["label"].astype(str) == label]
-            cells.append("—" if mine.empty else tables._collapse_cell(mine.iloc[0]))
-        lines.append(f"| {tables._md_escape(label)} | " + " | ".join(cells) + " |")
+            cells.append("—" if mine.empty else collapse_cell(mine.iloc[0]))
+        lines.append(f"| {md_escape(label)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -210,13 +212,13 @@ def apart_lines(apart: list[ScenarioBoard]) -> list[str]:
     for b in apart:
         ranks = metric_ranks(b, SORT_KEY)
         rows = "; ".join(
-            f"{tables._md_escape(str(r['label']))} "
-            f"{tables.format_cell(r[SORT_KEY], r[f'{SORT_KEY}_ci95'], 0, r['seeds'], SORT_KEY)} (n={int(r['seeds'])}) "
+            f"{md_escape(str(r['label']))} "
+            f"{format_cell(r[SORT_KEY], r[f'{SORT_KEY}_ci95'], 0, r['seeds'], SORT_KEY)} (n={int(r['seeds'])}) "
             f"#{format_rank(*ranks[str(r['label'])])} of {len(b.frame)}"
             for _, r in b.frame.iterrows())
-        spec = tables.spec_budget(b.env)
-        full = f"; envs/{b.env}.yaml: {tables.budget_words(dict(zip(tables.FACT_COLUMNS, spec)))}" if spec else ""
-        lines.append(f"- [{b.env}]({b.env}.md) at {tables.budget_words(b.facts)}{full}: {column_format(SORT_KEY).title} "
+        spec = spec_budget(b.env)
+        full = f"; envs/{b.env}.yaml: {budget_words(dict(zip(FACT_COLUMNS, spec)))}" if spec else ""
+        lines.append(f"- [{b.env}]({b.env}.md) at {budget_words(b.facts)}{full}: {column_format(SORT_KEY).title} "
                      f"{rows}.")
     return lines + [""]
 
@@ -254,7 +256,7 @@ def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
             n = max(c.n for m in made for c in m)
             text += (f" At {n} seeds none could be: the test's smallest p is {smallest_p(n):.3g}"
                      f" before the correction.")
-    powers = [p for p in (tables.board_power(b) for b in boards) if p is not None]
+    powers = [p for p in (board_power(b) for b in boards) if p is not None]
     gaps = [float(b.frame[SORT_KEY].iloc[0]) - float(b.frame[SORT_KEY].iloc[1]) for b in boards
             if len(b.frame) > 1 and SORT_KEY in b.frame and b.frame[SORT_KEY].iloc[:2].notna().all()]
     finite = [p for p in powers if math.isfinite(p["mde"])]
@@ -268,7 +270,7 @@ def reading(boards: list[ScenarioBoard], apart: int = 0) -> str:
             if gaps:
                 text += f", against leads of the first recipe over the second of {_span(min(gaps), max(gaps))}"
             text += "; it is what the boards can resolve, not a bound on the differences they leave ties."
-        none = [b.env for b, p in zip(boards, (tables.board_power(b) for b in boards)) if p and math.isinf(p["mde"])]
+        none = [b.env for b, p in zip(boards, (board_power(b) for b in boards)) if p and math.isinf(p["mde"])]
         if none:
             text += (f" On {_and(none)} no difference is detectable: at {'their' if len(none) > 1 else 'its'} n the "
                      "sign-flip test cannot reach α after Holm.")
@@ -319,9 +321,9 @@ def scenario_lines(boards: list[ScenarioBoard]) -> list[str]:
     """Markdown lines: one bullet per scenario with its budget, seeds and links."""
     lines = ["## Scenarios", ""]
     for b in boards:
-        facts = dict(tables.header_facts(b, ""))
+        facts = dict(header_facts(b, ""))
         lines.append(f"- [{b.env}]({b.env}.md) ([per-seed table]({b.env}-runs.csv)): {facts['budget']}; "
-                     f"{facts['phases']}; recovery threshold {tables._num(b.facts.get('recovery_threshold'))}; "
+                     f"{facts['phases']}; recovery threshold {num_text(b.facts.get('recovery_threshold'))}; "
                      f"seeds {facts['seeds']}.")
     return lines + [""]
 
