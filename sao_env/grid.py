@@ -71,7 +71,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sao_env.errors import UserError
 from sao_env.experiment import progress
 from sao_env.leaderboard import maps
-from sao_env.leaderboard.columns import column_format, eval_versions, evaluation_text, is_eval_metric, metric_columns
+from sao_env.leaderboard.columns import (column_format, eval_versions, evaluation_text, is_eval_metric, is_number,
+                                         metric_columns)
 from sao_env.leaderboard.records import run_record
 from sao_env.provenance import code_key, code_version
 from sao_env.specs import parse_yaml, read_spec_text
@@ -542,7 +543,7 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
 def _check_metric(metric: str, summary: dict) -> None:
     """Stop a grid at its first finished run when the metric it ranks is not in a run's summary."""
     if metric not in summary:
-        numbers = [k for k, v in summary.items() if _is_number(v) and k != "seed"]
+        numbers = [k for k, v in summary.items() if is_number(v) and k != "seed"]
         ordered = metric_columns([summary])
         known = ", ".join(ordered + sorted(set(numbers) - set(ordered)))
         raise UserError(f"metric {metric!r} is not in the runs' summaries (known: {known})")
@@ -567,7 +568,7 @@ def run_row(run: GridRun) -> tuple[dict[str, Any], dict[str, Any]]:
                            "code_version": record.get("code_version"), "run_dir": str(run.plan.out),
                            "agent": record.get("recipe"), "overrides": " ".join(run.plan.overrides),
                            "collapsed": record.get("collapsed"), "collapsed_phases": record.get("collapsed_phases")}
-    numbers = {k: v for k, v in summary.items() if _is_number(v) and k != "seed"}
+    numbers = {k: v for k, v in summary.items() if is_number(v) and k != "seed"}
     return row, numbers
 
 
@@ -617,10 +618,6 @@ def finished_part(grid: Grid, ledger: Ledger | None = None) -> tuple[Grid, dict[
         "post_hoc": [text for text, pair in zip(grid.spec.post_hoc, grid.spec.post_hoc_pairs)
                      if not set(pair) & set(left_out)]})
     return Grid(spec, grid.source, tuple(r for r in grid.runs if r.row not in left_out)), left_out
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # ----------------------------------------------------------------------------- outputs
