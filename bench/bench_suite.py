@@ -43,6 +43,15 @@ def _what(cmdline: list[str], comm: str) -> str:
         return f"ray: {comm if comm.startswith('ray::') or comm in ('raylet', 'gcs_server') else Path(cmdline[1] if len(cmdline) > 1 else comm).name}"
     if "sao_env.cli" in text or "sao-env" in text:
         return "sao-env subprocess"
+    if "vllm" in text or comm.startswith("VLLM"):
+        return "vLLM: " + ("OpenAI server" if "openai.api_server" in text else "engine server" if "engine/server.py" in text
+                           else comm)
+    if "multiprocessing.forkserver" in text or "multiprocessing.spawn" in text:
+        return "pool worker (forkserver)"
+    if "multiprocessing.resource_tracker" in text:
+        return "multiprocessing resource tracker"
+    if comm.startswith("python"):
+        return "python: " + " ".join(Path(c).name if c.startswith("/") else c for c in cmdline[1:4])[:60]
     return comm
 
 
