@@ -477,10 +477,10 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
     """Reuse every finished run of the same configuration and code (its run directory, else the
     ``ledger``'s record of it), make (or resume) the others in ``jobs`` worker processes (or, given a
     ``sao_env.cluster.Cluster``, as tasks on it, each run's row coming back from its node), and say so:
-    one ``report`` line for the reused runs, then one per finished run (``[i/N]``, the metric and the
-    elapsed time); ``on_done(run, summary, seconds)`` after each. With a ledger, every run reused from
-    its directory and every run made is recorded in it (when it ends). A summary without the grid's
-    metric stops the grid (a UserError) at once."""
+    one ``report`` line for the reused runs, then one per finished run (``[i/N]``, the metric, the elapsed
+    time and, but on a cluster, the time the runs left should take, ``time_left``); ``on_done(run, summary,
+    seconds)`` after each. With a ledger, every run reused from its directory and every run made is recorded
+    in it (when it ends). A summary without the grid's metric stops the grid (a UserError) at once."""
     code = code or code_version()
     key = code_key(code)
     metric = grid.spec.metric
@@ -503,6 +503,7 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
                + (f"; {listed} of them from {ledger.path}, their run directories absent" if listed else ""))
     by_out = {run.plan.out: run for run in todo}
     made: list[GridRun] = []
+    took: list[tuple[GridRun, float]] = []
     start = time.perf_counter()
 
     def done(plan: Any, summary: dict, seconds: float, row: tuple[dict, dict] | None = None) -> None:
@@ -516,11 +517,15 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
                 ledger.add(run, key, row)
             return
         made.append(run)
+        took.append((run, seconds))
         _check_metric(metric, summary)
         value = summary.get(metric)
         shown = f"{value:.3f}" if isinstance(value, (int, float)) else "n/a"
+        ended = {r.plan.out for r in made} | {r.plan.out for r in reused}
+        left = [r for r in todo if r.plan.out not in ended]
+        ahead = "" if cluster is not None or not left else f", about {_clock(time_left(left, took, jobs))} left"
         report(f"[{len(made)}/{len(todo)}] {run.describe(grid.axes)}: {metric} {shown}; {seconds:.0f} s, "
-               f"elapsed {_clock(time.perf_counter() - start)}  {plan.out}")
+               f"elapsed {_clock(time.perf_counter() - start)}{ahead}  {plan.out}")
         if ledger is not None:
             ledger.add(run, key, row)
         if on_done is not None:
@@ -538,6 +543,23 @@ def run_grid(grid: Grid, *, jobs: int = 1, code: dict | None = None, skip_existi
              on_done=done, on_warm_start=report,
              **options)
     return GridReport(reused, made)
+
+
+def time_left(left: list[GridRun], took: list[tuple[GridRun, float]], jobs: int) -> float:
+    """Wall seconds the runs ``left`` should take, ``jobs`` at a time: each at the mean time of the runs made
+    so far (``took``) of its scenario and row, else of its row, else of all (a SAO run costs several times a
+    baseline's), the runs in flight counted whole. A resumed run's time is its last part's, so an estimate
+    made just after a resume runs short."""
+    def mean(runs: list[float]) -> float | None:
+        return sum(runs) / len(runs) if runs else None
+
+    overall = mean([t for _, t in took]) or 0.0
+    total = 0.0
+    for run in left:
+        same_cell = mean([t for r, t in took if (r.scenario, r.row) == (run.scenario, run.row)])
+        same_row = mean([t for r, t in took if r.row == run.row])
+        total += same_cell if same_cell is not None else same_row if same_row is not None else overall
+    return total / max(1, min(jobs, len(left)))
 
 
 def _check_metric(metric: str, summary: dict) -> None:

@@ -25,8 +25,8 @@ from conftest import SHRINK_PHASE_H, shrink_overrides
 from sao_env.cli import main
 from sao_env.errors import UserError
 from sao_env.experiment import progress
-from sao_env.grid import (LEDGER, Grid, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid, plan_grid, reuse_decision,
-                          run_grid, write_grid)
+from sao_env.grid import (LEDGER, Grid, GridRun, GridSpec, Ledger, axis_text, figure_caption, grid_command, grid_table, load_grid,
+                          plan_grid, reuse_decision, run_grid, time_left, write_grid)
 from sao_env.leaderboard import maps
 from sao_env.leaderboard.site import write_site
 
@@ -253,6 +253,9 @@ def test_grid_runs_every_cell_and_the_per_seed_rows_are_the_summaries(made):
     assert len(grid.runs) == 8 and len(report.made) == 8 and not report.reused
     assert [line.split("]")[0] for line in lines if line.startswith("[")] == [f"[{i}/8" for i in range(1, 9)]
     assert all("elapsed 0:" in line for line in lines if line.startswith("["))
+    finished = [line for line in lines if line.startswith("[")]
+    assert all(re.search(r", about 0:\d\d:\d\d left  ", line) for line in finished[:-1]), finished
+    assert " left  " not in finished[-1]
     csv = pd.read_csv(paths["per_seed"], dtype={AXIS: str, "code_version": str, "config_hash": str})
     assert list(zip(csv["row"], csv[AXIS], csv["seed"])) == [
         (r, x, s) for r in ("grpo", "running mean") for x in ("0.0", "1.0") for s in (0, 1)]
@@ -804,3 +807,19 @@ def test_evaluation_versions_and_which_metrics_they_mark():
             if is_eval_metric(m)] == ["auc", "auc_updates", "recovery_h/2_tag", "final_accuracy/1_boxed",
                                       "forgetting/1_boxed", "time_to_threshold_h/1_boxed"]
     assert evaluation_text([1]).startswith("version 1 (held-out prompts and sampling streams shared by every seed")
+
+
+def test_time_left_takes_each_run_at_its_cells_mean_else_its_rows_else_all_runs():
+    """Hand case: sao runs of style took 300 and 500 s, a grpo run of style 100 s, a grpo run of tool 60 s.
+    Left: a sao run of style (400, its cell's mean), a sao run of tool (400, its row's mean: no sao run of tool
+    yet), a grpo run of tool (60, its cell's), a running-mean run of tool (240, the mean of all four), 1,100 s
+    in all; two at a time, half of that; one at a time, all of it."""
+    def run(scenario, row, seed=0):
+        return GridRun(scenario, row, (), seed, None)
+
+    took = [(run("style", "sao"), 300.0), (run("style", "sao", 1), 500.0), (run("style", "grpo"), 100.0),
+            (run("tool", "grpo"), 60.0)]
+    left = [run("style", "sao", 2), run("tool", "sao"), run("tool", "grpo", 1), run("tool", "running mean")]
+    assert time_left(left, took, jobs=1) == pytest.approx(400 + 400 + 60 + 240)
+    assert time_left(left, took, jobs=2) == pytest.approx(1100 / 2)
+    assert time_left(left[:1], took, jobs=2) == pytest.approx(400)  # one run left: one job at work
