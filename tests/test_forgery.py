@@ -219,7 +219,7 @@ def test_records_of_another_run_are_refused():
 def test_a_fix_that_fills_the_work_dir_grades_zero(reference):
     """The gold fix, plus a package that writes past the work dir's cap at import: 0, reason disk-limit."""
     from sao_env.sandbox import Limits, LocalExecutor
-    from sao_env.sandbox.local import cap_available
+    from sao_env.sandbox.workdir import cap_available
 
     if not cap_available():
         pytest.skip("the work dir cap needs root (it mounts a tmpfs)")

@@ -84,10 +84,11 @@ def test_a_critic_built_without_the_flag_freezes_its_attention_as_the_paper():
 
 
 def test_a_clean_reap_finds_nothing_and_an_orphan_is_counted_once(tmp_path):
-    """Changed: ``removed = 0`` -> ``1`` in ``local.reap_mounts``: the count of unmounted orphans is exact."""
+    """Changed: ``removed = 0`` -> ``1`` in ``local.reap_mounts`` (now ``workdir.reap_mounts``): the count of
+    unmounted orphans is exact."""
     from test_sandbox_disk_cap import orphaned_cap
 
-    from sao_env.sandbox.local import reap_mounts
+    from sao_env.sandbox.workdir import reap_mounts
 
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
@@ -98,16 +99,16 @@ def test_a_clean_reap_finds_nothing_and_an_orphan_is_counted_once(tmp_path):
 
 
 def test_an_entry_that_cannot_be_copied_back_does_not_stop_the_others(tmp_path, monkeypatch):
-    """Changed: ``continue`` -> ``break`` after an OSError in ``local._sync``: one entry that cannot be copied
-    (a path too long, say) must not leave its siblings out of the write-back."""
-    from sao_env.sandbox import local
+    """Changed: ``continue`` -> ``break`` after an OSError in ``local._sync`` (now ``workdir._sync``): one entry
+    that cannot be copied (a path too long, say) must not leave its siblings out of the write-back."""
+    from sao_env.sandbox import workdir
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
     dst.mkdir()
     for name in "abcdef":
         (src / name).write_text(name * 3)
-    copy = local._copy_entry
+    copy = workdir._copy_entry
     failed: list[str] = []
 
     def first_fails(source, target, info, owner):
@@ -116,8 +117,8 @@ def test_an_entry_that_cannot_be_copied_back_does_not_stop_the_others(tmp_path, 
             raise OSError(36, "File name too long")
         copy(source, target, info, owner)
 
-    monkeypatch.setattr(local, "_copy_entry", first_fails)
-    local._sync(str(src), str(dst), {}, None)
+    monkeypatch.setattr(workdir, "_copy_entry", first_fails)
+    workdir._sync(str(src), str(dst), {}, None)
     assert sorted(p.name for p in dst.iterdir()) == sorted(set("abcdef") - set(failed))
     assert all((dst / n).read_text() == n * 3 for n in set("abcdef") - set(failed))
 

@@ -125,7 +125,7 @@ def test_the_reporter_counts_failures_by_pytests_own_rule(tmp_path):
 
 
 def _mount_tmpfs(folder, size: str) -> None:
-    from sao_env.sandbox.local import _libc
+    from sao_env.sandbox.workdir import _libc
 
     assert _libc().mount(b"sao-test", str(folder).encode(), b"tmpfs", 0, f"size={size}".encode()) == 0
 
@@ -137,18 +137,19 @@ def _unmount(folder) -> None:
 
 
 def _needs_root():
-    from sao_env.sandbox.local import cap_available
+    from sao_env.sandbox.workdir import cap_available
 
     if not cap_available():
         pytest.skip("mounts a tmpfs: run as root")
 
 
 def test_a_cap_is_full_below_two_free_pages_and_not_at_two(tmp_path):
-    """Changed: ``< 2 * _PAGE`` -> ``< _PAGE`` in ``local.cap_full``: a tmpfs with exactly one page left is full
-    (the next file's first page plus its entry would not fit); with two pages left it is not."""
+    """Changed: ``< 2 * _PAGE`` -> ``< _PAGE`` in ``local.cap_full`` (now ``workdir.cap_full``): a tmpfs with
+    exactly one page left is full (the next file's first page plus its entry would not fit); with two pages left
+    it is not."""
     import os
 
-    from sao_env.sandbox.local import _PAGE, cap_full
+    from sao_env.sandbox.workdir import _PAGE, cap_full
 
     _needs_root()
     folder = tmp_path / "cap"
@@ -172,7 +173,7 @@ FD_ZERO_CAP = '''
 import os, sys
 from pathlib import Path
 from sao_env.sandbox import ExecResult
-from sao_env.sandbox.local import WorkdirCap
+from sao_env.sandbox.workdir import WorkdirCap
 
 work = Path(sys.argv[1])
 os.close(0)

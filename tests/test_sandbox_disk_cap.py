@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from sao_env.sandbox import Limits, LocalExecutor
-from sao_env.sandbox.local import INSTALL_HINT, _bwrap_check, _libc, cap_available, reap_mounts
+from sao_env.sandbox.local import INSTALL_HINT, _bwrap_check
+from sao_env.sandbox.workdir import _libc, cap_available, reap_mounts
 
 CAP_MB = 64
 FILL = """

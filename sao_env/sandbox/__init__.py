@@ -28,7 +28,8 @@ from pathlib import Path
 
 from sao_env.sandbox.base import ExecResult, Executor, Limits
 from sao_env.sandbox.docker_exec import DockerExecutor
-from sao_env.sandbox.local import LocalExecutor, fresh_workdir, sandbox_status
+from sao_env.sandbox.local import LocalExecutor, sandbox_status
+from sao_env.sandbox.workdir import fresh_workdir
 
 __all__ = ["SANDBOXES", "DockerExecutor", "ExecResult", "Executor", "Limits", "LocalExecutor", "default_executor",
            "docker_sandbox", "fresh_workdir", "run_python", "sandbox_status"]

@@ -155,10 +155,11 @@ class DockerExecutor:
     def run(self, argv: list[str], *, workdir: Path, timeout_s: float,
             env: dict[str, str] | None = None) -> ExecResult:
         """Run ``argv`` in a new container of ``image``; ``workdir`` is mounted read-write at ``mount``."""
-        from sao_env.sandbox.local import SANDBOX_UID, WorkdirCap, _checked_workdir
+        from sao_env.sandbox.local import SANDBOX_UID
+        from sao_env.sandbox.workdir import WorkdirCap, checked_workdir
 
         started = time.monotonic()
-        workdir = _checked_workdir(workdir)
+        workdir = checked_workdir(workdir)
         environment = sandbox_env(path=PATH, home=self.mount, extra=env)
         cap = WorkdirCap(workdir, self.limits.workdir_mb, SANDBOX_UID if self._hands_over else None)
         try:
@@ -176,9 +177,10 @@ class DockerExecutor:
         """One container of ``argv`` on ``workdir`` (checked, capped), removed afterwards."""
         lim = self.limits
         if self._hands_over:
-            from sao_env.sandbox.local import SANDBOX_UID, _hand_over
+            from sao_env.sandbox.local import SANDBOX_UID
+            from sao_env.sandbox.workdir import hand_over
 
-            _hand_over(workdir, SANDBOX_UID)
+            hand_over(workdir, SANDBOX_UID)
         ulimit = self._docker.types.Ulimit
         cpu_s = lim.cpu_seconds(timeout_s)
         try:

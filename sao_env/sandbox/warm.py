@@ -40,8 +40,8 @@ from pathlib import Path
 
 from sao_env.errors import UserError
 from sao_env.sandbox.base import Capture, ExecResult, at_disk_limit, classify, one_line, sandbox_env
-from sao_env.sandbox.local import (ISOLATED, SANDBOX_UID, LocalExecutor, _hand_over, _unmount, cap_available,
-                                   cap_full, mount_cap)
+from sao_env.sandbox.local import ISOLATED, SANDBOX_UID, LocalExecutor
+from sao_env.sandbox.workdir import hand_over, unmount, cap_available, cap_full, mount_cap
 
 SERVER = Path(__file__).with_name("warm_server.py")
 SERVER_CPU_S = 7 * 24 * 3600
@@ -129,7 +129,7 @@ class WarmInterpreter:
             try:
                 _write_tree(self._run, files)
                 if os.geteuid() == 0:
-                    _hand_over(self._run, SANDBOX_UID)
+                    hand_over(self._run, SANDBOX_UID)
                 request = {"argv": list(argv), "cwd": str(self._run), "timeout_s": float(timeout_s),
                            "cpu_s": self.executor.limits.cpu_seconds(timeout_s),
                            "env": {"HOME": str(self._run), **call_env}}
@@ -158,7 +158,7 @@ class WarmInterpreter:
             self._proc = None
         if self._capped and self._run is not None:
             try:
-                _unmount(self._run)
+                unmount(self._run)
             except OSError:
                 pass
         for folder in (self._lib, self._run):
