@@ -484,6 +484,8 @@ def _session(plugin, project: Path, files: dict[str, str], monkeypatch, *args: s
     for name, text in files.items():
         (project / name).write_text(text)
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setitem(sys.modules, "conftest", sys.modules["conftest"])  # the session may import its own
+    monkeypatch.setattr(sys, "path", list(sys.path))  # and put the project on the path
     fd = os.open(project.parent / "records", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         reporter = plugin._Reporter(plugin._writer(KEY, fd))

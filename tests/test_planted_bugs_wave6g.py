@@ -102,12 +102,19 @@ def pytest_runtest_makereport(item, call):
 '''
 
 
-def test_the_reporter_counts_failures_by_pytests_own_rule(tmp_path):
+def test_the_reporter_counts_failures_by_pytests_own_rule(tmp_path, monkeypatch):
     """Changed: ``report.failed and not hasattr(report, "wasxfail")`` -> ``report.failed`` in the reporter plugin:
     a failed report that a plugin marked as an expected failure is not a failure to pytest (``testsfailed``,
     exit status 0), so the reporter does not count it either and the judge sees no exit-status mismatch. Run
-    in a real pytest session with the reporter registered."""
+    in a real pytest session with the reporter registered; that session imports its own ``conftest.py`` as
+    ``conftest`` and puts its folder on ``sys.path``, so both are restored after it for the worker's later
+    tests (which import the suite's ``conftest``)."""
+    import sys
+
     from conftest import reporter_plugin
+
+    monkeypatch.setitem(sys.modules, "conftest", sys.modules["conftest"])
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
     module = reporter_plugin("reporter_wave6g")
     written = []
