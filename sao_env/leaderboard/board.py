@@ -23,10 +23,10 @@ from sao_env.errors import UserError
 from sao_env.evaluation.stats import mean_ci95, paired_difference
 from sao_env.leaderboard.columns import (FACT_COLUMNS, ID_COLUMNS, NO_COLLAPSE, SORT_KEY, UNKNOWN, column_format,
                                          finite_float, from_csv, headline_columns, is_number, metric_columns, num_text)
-from sao_env.leaderboard.records import (load_summaries, per_seed_values, recipe_label, records_and_curves,
-                                         records_frame, scenario_facts, seed_key, distinct_labels)
-from sao_env.leaderboard.stats import (Comparison, min_detectable_difference, min_seeds, pairwise, pooled_sd, rank_ranges,
-                                       seeds_for_difference, supported_leader)
+from sao_env.leaderboard.records import (distinct_labels, load_summaries, per_seed_values, recipe_label,
+                                         records_and_curves, records_frame, scenario_facts, seed_key)
+from sao_env.leaderboard.stats import (Comparison, min_detectable_difference, min_seeds, pairwise, pooled_sd,
+                                       rank_ranges, seeds_for_difference, supported_leader)
 
 
 REFERENCE = "grpo"

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sao_env.leaderboard.columns import FACT_COLUMNS, ID_COLUMNS, NO_COLLAPSE, SORT_KEY, UNKNOWN, finite_float, is_number, metric_columns
+from sao_env.leaderboard.columns import (FACT_COLUMNS, ID_COLUMNS, NO_COLLAPSE, SORT_KEY, UNKNOWN, finite_float,
+                                         is_number, metric_columns)
 from sao_env.provenance import code_key, config_hash, short
 
 

@@ -27,8 +27,8 @@ from sao_env.leaderboard.columns import (NO_COLLAPSE, SORT_KEY, UNKNOWN, column_
                                          finite_float, format_cell, format_difference, format_p, headline_columns,
                                          md_escape, num_text)
 from sao_env.leaderboard.records import records_and_curves
-from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, format_mde, format_rank,
-                                       min_seeds, pooled_sd, smallest_p)
+from sao_env.leaderboard.stats import (ALPHA, EXACT_MAX_N, MC_DRAWS, MC_SEED, MIN_PAIRED, POWER, format_mde,
+                                       format_rank, min_seeds, pooled_sd, smallest_p)
 
 
 def header_facts(board: ScenarioBoard, generator: str) -> list[tuple[str, str]]:
