@@ -1,0 +1,39 @@
+"""The mechanical round of seed 3 re-checked with the corrected tool (``bench/mutants.py --since 1cf44aa --count 30
+--seed 3 --wider --tests-at 3a2577b``; docs/testing.md): one test per survivor whose line is still in the code.
+Each names its change, fails with it and passes without it, and asserts values worked out here."""
+
+from __future__ import annotations
+
+import os
+
+
+def test_a_working_copys_footprint_does_not_follow_a_link_to_a_folder(tmp_path):
+    """Changed: ``entry.is_dir(follow_symlinks=False)`` -> ``True`` in ``workdir.footprint`` (``local.footprint`` at
+    3a2577b): a link to a folder is one entry of the copy (the copy holds the link, not the folder), so the files
+    behind it are not counted, and a link to a folder above it cannot make the walk go round. Worked out: ``a`` (5000
+    bytes) takes 2 pages, the link takes 1 page of its own (its target's path), 2 entries; following the link would
+    add the 3 files outside and their pages."""
+    from sao_env.sandbox.workdir import footprint
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("x", "y", "z"):
+        (outside / name).write_text("o" * 10)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a").write_text("a" * 5000)
+    (work / "link").symlink_to(outside, target_is_directory=True)
+    assert footprint(work) == (-(-5000 // page) * page + page, 2)
+
+
+def test_files_sent_to_a_warm_server_count_two_entries_each_and_whole_pages():
+    """Changed: ``2 * len(files)`` -> ``3 * len(files)`` in ``warm._files_footprint``: each file is counted as itself
+    and at most one new folder (the generous count the capped copy's inode allowance is sized from), and its
+    bytes in whole pages, an empty file one page. Worked out for 5000 bytes, an empty file and one 4-byte
+    multibyte character: 2 + 1 + 1 pages, 6 entries."""
+    from sao_env.sandbox.warm import _files_footprint
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    files = {"a.py": "x" * 5000, "pkg/empty.txt": "", "pkg/sub/emoji.txt": "\U0001F600"}
+    assert _files_footprint(files) == ((-(-5000 // page) + 1 + 1) * page, 6)
