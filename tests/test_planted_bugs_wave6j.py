@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def test_a_working_copys_footprint_does_not_follow_a_link_to_a_folder(tmp_path):
     """Changed: ``entry.is_dir(follow_symlinks=False)`` -> ``True`` in ``workdir.footprint`` (``local.footprint`` at
@@ -37,3 +39,27 @@ def test_files_sent_to_a_warm_server_count_two_entries_each_and_whole_pages():
     page = os.sysconf("SC_PAGE_SIZE")
     files = {"a.py": "x" * 5000, "pkg/empty.txt": "", "pkg/sub/emoji.txt": "\U0001F600"}
     assert _files_footprint(files) == ((-(-5000 // page) + 1 + 1) * page, 6)
+
+
+def test_the_engines_scratch_folder_is_in_memory_only_where_shm_can_be_written(tmp_path, monkeypatch):
+    """Changed: ``shm.is_dir() and os.access(shm, os.W_OK)`` -> ``or`` in ``generator.scratch_folder``: a /dev/shm
+    that this process cannot write (a read-only mount, another user's) is not used; the folder goes to the
+    temporary folder instead (here ``tmp_path``, as ``TMPDIR``). Where /dev/shm can be written it is used."""
+    import shutil
+    import tempfile
+
+    from sao_env.engine import generator
+
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here to contrast with")
+    writable = generator.scratch_folder("sao-test-")
+    try:
+        assert writable.parent == generator.Path("/dev/shm")
+    finally:
+        shutil.rmtree(writable)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_access = os.access
+    monkeypatch.setattr(generator.os, "access",
+                        lambda path, mode: False if str(path) == "/dev/shm" else real_access(path, mode))
+    fallback = generator.scratch_folder("sao-test-")
+    assert fallback.parent == tmp_path and fallback.is_dir()
