@@ -63,3 +63,20 @@ def test_the_engines_scratch_folder_is_in_memory_only_where_shm_can_be_written(t
                         lambda path, mode: False if str(path) == "/dev/shm" else real_access(path, mode))
     fallback = generator.scratch_folder("sao-test-")
     assert fallback.parent == tmp_path and fallback.is_dir()
+
+
+def test_a_finding_line_goes_on_past_a_board_with_a_lead_to_the_boards_after_it():
+    """Changed: ``continue`` -> ``break`` in ``finding._boards_words``'s pass over the boards without a lead: a board
+    with a supported lead, met first, must not end the line, so the boards after it still get their clause. Two
+    single-turn boards, the first led by sao, the second a tie over two recipes; worked out: the led clause, then
+    the tie's, and the two means' first recipes differ, so no common first."""
+    from sao_env.leaderboard.finding import LEAD, TIE, Place, Standing, _boards_words
+
+    def place(name, arms):
+        return Place("boards", "boards", name, name, f"{name}.md", name, 1,
+                     {label: Standing(mean, None, 3, low, high, 2, standing) for label, mean, low, high, standing in arms})
+
+    led = place("style-drift", [("sao", 0.6, 1, 1, LEAD), ("grpo", 0.5, 2, 2, "behind")])
+    tie = place("topic-drift", [("grpo", 0.4, 1, 2, TIE), ("sao", 0.3, 1, 2, TIE)])
+    assert _boards_words([led, tie]) == ("sao leads with support on style-drift; "
+                                         "on topic-drift every pair is a tie (grpo first by the means)")
