@@ -9,12 +9,12 @@ import os
 import pytest
 
 
-def test_a_working_copys_footprint_does_not_follow_a_link_to_a_folder(tmp_path):
-    """Changed: ``entry.is_dir(follow_symlinks=False)`` -> ``True`` in ``workdir.footprint`` (``local.footprint`` at
-    3a2577b): a link to a folder is one entry of the copy (the copy holds the link, not the folder), so the files
-    behind it are not counted, and a link to a folder above it cannot make the walk go round. Worked out: ``a`` (5000
-    bytes) takes 2 pages, the link takes 1 page of its own (its target's path), 2 entries; following the link would
-    add the 3 files outside and their pages."""
+def test_a_working_copys_footprint_counts_links_as_themselves(tmp_path):
+    """Changed: ``entry.stat(follow_symlinks=False)`` -> ``True`` in ``workdir.footprint`` (``local.footprint`` at
+    3a2577b; the round's survivor), and ``entry.is_dir(follow_symlinks=False)`` -> ``True`` beside it: a link is one
+    entry of the copy that takes the page of its own (its target's path), whatever it points to, so neither a large
+    file nor a folder behind a link is counted. Worked out: ``a`` (5000 bytes) takes 2 pages, each link 1 page, 3
+    entries; following the file link would count its 5 pages, following the folder link its 3 files."""
     from sao_env.sandbox.workdir import footprint
 
     page = os.sysconf("SC_PAGE_SIZE")
@@ -22,11 +22,13 @@ def test_a_working_copys_footprint_does_not_follow_a_link_to_a_folder(tmp_path):
     outside.mkdir()
     for name in ("x", "y", "z"):
         (outside / name).write_text("o" * 10)
+    (tmp_path / "big").write_text("b" * (5 * page))
     work = tmp_path / "work"
     work.mkdir()
     (work / "a").write_text("a" * 5000)
-    (work / "link").symlink_to(outside, target_is_directory=True)
-    assert footprint(work) == (-(-5000 // page) * page + page, 2)
+    (work / "folder-link").symlink_to(outside, target_is_directory=True)
+    (work / "file-link").symlink_to(tmp_path / "big")
+    assert footprint(work) == ((-(-5000 // page) + 1 + 1) * page, 3)
 
 
 def test_files_sent_to_a_warm_server_count_two_entries_each_and_whole_pages():
@@ -70,7 +72,7 @@ def test_a_finding_line_goes_on_past_a_board_with_a_lead_to_the_boards_after_it(
     with a supported lead, met first, must not end the line, so the boards after it still get their clause. Two
     single-turn boards, the first led by sao, the second a tie over two recipes; worked out: the led clause, then
     the tie's, and the two means' first recipes differ, so no common first."""
-    from sao_env.leaderboard.finding import LEAD, TIE, Place, Standing, _boards_words
+    from sao_env.leaderboard.finding import LEAD, SHARED, TIE, Place, Standing, _boards_words
 
     def place(name, arms):
         return Place("boards", "boards", name, name, f"{name}.md", name, 1,
@@ -80,3 +82,9 @@ def test_a_finding_line_goes_on_past_a_board_with_a_lead_to_the_boards_after_it(
     tie = place("topic-drift", [("grpo", 0.4, 1, 2, TIE), ("sao", 0.3, 1, 2, TIE)])
     assert _boards_words([led, tie]) == ("sao leads with support on style-drift; "
                                          "on topic-drift every pair is a tie (grpo first by the means)")
+    # the pass over the led boards (its ``continue`` after a shared lead -> ``break``, the round's other survivor
+    # there): a shared lead met first must not end it either (grpo first by the means there, sao here: no common)
+    shared = place("tool-drift", [("sao", 0.6, 1, 2, SHARED), ("grpo", 0.7, 1, 2, SHARED),
+                                  ("running_mean", 0.2, 3, 3, "behind")])
+    assert _boards_words([shared, led]) == ("sao and grpo share a supported lead on tool-drift, ahead of the other 1 "
+                                            "recipe; sao leads with support on style-drift")
