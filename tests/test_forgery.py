@@ -28,6 +28,9 @@ HANG_TIMEOUT_S = 1.0
 """The hanging attack's limit under bubblewrap, all of which it waits: it hangs at import, and a whole run of the
 other attacks in a fork of the warm pytest takes 0.2-0.4 s (Docker's cold runs, interpreter and pytest
 started per run, keep ``TIMEOUT_S``)."""
+INTEGRITY_REASONS = {"report-missing", "report-forged", "runner-tampered", "pytest-aborted", "exit-status-mismatch"}
+"""The report's own verdicts (``report.judge``): the grader adds their detail (``integrity``) when one is the reason,
+and only then: a hung run's report also lacks its last record, and its reason is the timeout."""
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,7 @@ def _expect_zero(ref, name, executor):
     verdict = grading.grade_files(ref, files, timeout_s=timeout_s, executor=executor)
     assert (verdict.reward, verdict.details["reason"]) == (0.0, reason), (name, verdict.details)
     assert verdict.details["resolved"] is False and verdict.details["resolution"] == "RESOLVED_NO"
+    assert ("integrity" in verdict.details) == (reason in INTEGRITY_REASONS), (name, verdict.details)
     assert "PASSED" not in {verdict.details["fail_to_pass"][t] for t in ref["FAIL_TO_PASS"]}
     outside = OUTSIDE_EDITS.get(name, [])
     if outside is None:
