@@ -88,3 +88,66 @@ def test_a_finding_line_goes_on_past_a_board_with_a_lead_to_the_boards_after_it(
                                   ("running_mean", 0.2, 3, 3, "behind")])
     assert _boards_words([shared, led]) == ("sao and grpo share a supported lead on tool-drift, ahead of the other 1 "
                                             "recipe; sao leads with support on style-drift")
+
+
+def test_a_maps_line_counts_each_maps_cells_in_the_singular_where_it_has_one():
+    """Seed 6's round (``--operators hand``, re-checked at 4ca2c77; docs/testing.md). Changed: ``p.group == g`` ->
+    ``p.group_title == g`` in the plural test of ``finding._maps_line``'s head: every map then counts 0 cells for its
+    ``s`` and reads "1 cells". Two maps, one of one cell, one of two; no cell led. Worked out: "Critic map, 1 cell;
+    Regime map, 2 cells", then the clause for three cells without a lead."""
+    from sao_env.leaderboard.finding import TIE, Place, Standing, _maps_line
+
+    def cell(group, title, name):
+        return Place(group, title, name, name, f"{group}/README.md", name, 1,
+                     {label: Standing(0.5, None, 3, 1, 2, 2, TIE) for label in ("sao", "grpo")})
+
+    cells = [cell("critic", "Critic map: when a learned value pays", "tool-drift at K 2"),
+             cell("regimes", "Regime map: where asynchrony pays", "style-drift at sd 0"),
+             cell("regimes", "Regime map: where asynchrony pays", "style-drift at sd 1")]
+    assert _maps_line(cells) == ("**Maps of recipes** (Critic map, 1 cell; Regime map, 2 cells): "
+                                 "no cell has a supported lead: first place is a tie in all 3.")
+
+
+def test_a_table_that_cannot_be_read_names_why_also_for_an_error_without_an_errno(tmp_path, monkeypatch):
+    """Seed 6's round. Changed: ``err.strerror or err`` -> ``err.strerror`` in ``board.read_table``
+    (``tables.read_table`` at 4ca2c77): an OSError raised with a message and no errno (a file system's own
+    error, a wrapper's) has no ``strerror``, and the line said "(None)". The real case first: a folder where the
+    table should be gives the system's words."""
+    from pathlib import Path
+
+    from sao_env.errors import UserError
+    from sao_env.leaderboard.board import read_table
+
+    folder = tmp_path / "style-drift-runs.csv"
+    folder.mkdir()
+    with pytest.raises(UserError, match=r"style-drift-runs\.csv: cannot read the table \(Is a directory\)$"):
+        read_table(folder)
+    table = tmp_path / "tool-drift-runs.csv"
+    table.write_text("agent,seed\nsao,0\n")
+
+    def read_bytes(self):
+        raise OSError("the network mount went away")
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(UserError, match=r"tool-drift-runs\.csv: cannot read the table \(the network mount went away\)$"):
+        read_table(table)
+
+
+def test_a_sandboxed_runs_duration_is_the_wall_time_it_took(tmp_path):
+    """Seed 6's round. Changed: ``self._collect(proc, started, timeout_s)`` -> ``(proc, timeout_s, started)`` in the
+    local executor's ``run``: the deadline (their sum) is the same, but ``duration_s`` became the clock minus the
+    timeout, some hours (the sandbox probes read it: a run killed at its timeout that took longer was "not
+    stopped"). Measured around each call here: the run's duration lies between what its program sleeps (or its
+    timeout) and the wall time of the whole call."""
+    import time
+
+    from sao_env.sandbox import LocalExecutor
+
+    executor = LocalExecutor()
+    for sleep_s, timeout_s in ((0.3, 20.0), (30.0, 0.5)):
+        before = time.monotonic()
+        result = executor.run([executor.python, "-c", f"import time; time.sleep({sleep_s})"], workdir=tmp_path,
+                              timeout_s=timeout_s)
+        took = time.monotonic() - before
+        assert result.timed_out == (sleep_s > timeout_s)
+        assert min(sleep_s, timeout_s) <= result.duration_s <= took, (result, took)
