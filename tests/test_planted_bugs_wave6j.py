@@ -151,3 +151,37 @@ def test_a_sandboxed_runs_duration_is_the_wall_time_it_took(tmp_path):
         took = time.monotonic() - before
         assert result.timed_out == (sleep_s > timeout_s)
         assert min(sleep_s, timeout_s) <= result.duration_s <= took, (result, took)
+
+
+def test_the_cap_mounts_its_tmpfs_on_the_folder_under_its_own_source_name(tmp_path):
+    """Seed 6's round. Changed: the source and the target of ``mount(2)`` swapped in ``workdir._mount_tmpfs``
+    (``local.py`` at 4ca2c77): every mount fails, the probe then says no cap can be made here, and every test of the
+    cap skips itself as on a machine without root. So the probe is held to mount(8)'s own answer, and a cap is
+    read back from the kernel's mount table: a tmpfs on the folder, its source ``sao-cap:`` and the owner, its size
+    the cap's 1 MiB."""
+    import subprocess
+    from pathlib import Path
+
+    from sao_env.sandbox import workdir
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "sao-test", str(probe)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("mount(8) cannot mount a tmpfs here (it needs root and a kernel that lets it)")
+    subprocess.run(["umount", str(probe)], check=True)
+    workdir.cap_available.cache_clear()
+    assert workdir.cap_available()
+    folder = tmp_path / "work"
+    folder.mkdir()
+    workdir.mount_cap(folder, 1)
+    try:
+        mine = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                if line.split()[4] == str(folder)]
+        assert len(mine) == 1, mine
+        kind, source, options = mine[0].split(" - ")[1].split()[:3]
+        assert kind == "tmpfs" and source.startswith(workdir.CAP_SOURCE + ":")
+        assert "size=1024k" in options.split(","), options
+    finally:
+        workdir.unmount(folder)
