@@ -23,6 +23,7 @@ from sao_env.leaderboard import finding
 from sao_env.leaderboard.finding import BEHIND, LEAD, SHARED, TIE, Place, Standing, finding_lines, standings
 from sao_env.leaderboard.stats import Comparison
 from sao_env.leaderboard.board import ScenarioBoard
+from sao_env.leaderboard.columns import section_id
 
 
 def arm(standing: str, mean: float | None = 0.5, low: int = 1, high: int = 1, of: int = 2,
@@ -132,7 +133,7 @@ def test_axes_words_come_from_the_first_named_cell():
 
 def test_ids_and_axis_words():
     """An id keeps letters, digits, ``-`` and ``_``; an axis is named by its last dotted part."""
-    assert finding._sid("a.b c_d-e") == "a-b-c_d-e"
+    assert section_id("a.b c_d-e") == "a-b-c_d-e"
     assert finding._axis_word("env.max_turns") == "max_turns"
     assert finding._axis_word("rate") == "rate"
 

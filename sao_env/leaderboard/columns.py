@@ -172,3 +172,9 @@ def md_escape(text: str) -> str:
     """A name as a Markdown table cell shows it: ``|`` escaped, and ``&``, ``<`` and ``>`` as HTML entities, so
     that a recipe named ``<script>`` is text on every renderer (as on the HTML site), never markup."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def section_id(name: str) -> str:
+    """The id of a board's section on the site (``#tool-drift``), which the README's finding links to: the name
+    with every character but letters, digits, ``-`` and ``_`` as ``-``."""
+    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)

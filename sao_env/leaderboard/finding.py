@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sao_env.leaderboard.columns import SORT_KEY, column_format, finite_float, md_escape
+from sao_env.leaderboard.columns import SORT_KEY, column_format, finite_float, md_escape, section_id
 from sao_env.leaderboard.board import ScenarioBoard
 from sao_env.leaderboard.stats import format_rank
 
@@ -138,7 +138,7 @@ def board_place(board: ScenarioBoard) -> Place:
 
     ranks = metric_ranks(board, SORT_KEY)
     marks = standings(ranks)
-    place = Place("boards", "Boards", board.env, board.env, f"{board.env}.md", _sid(board.env),
+    place = Place("boards", "Boards", board.env, board.env, f"{board.env}.md", section_id(board.env),
                   scenario_turns(board.env), board=board)
     for _, row in board.frame.iterrows():
         label = str(row["label"])
@@ -430,7 +430,7 @@ def matrix_html(found: list[Place]) -> str:
         turns = "" if p.turns is None else f"; {'single-turn' if p.turns == 1 else f'{p.turns} turns'}"
         turns += f"; the {p.repeats} board's runs" + (f", and {p.added} more recipe{'s' if p.added != 1 else ''}" if p.added else "") if p.repeats else ""
         heads.append(f'<th class="{cls}" scope="col" title="{e(p.name + turns)}">'
-                     f'<a href="#{e(_sid(p.name) if p.board is not None else p.anchor)}">'
+                     f'<a href="#{e(section_id(p.name) if p.board is not None else p.anchor)}">'
                      f'{_breaks(p.short)}</a></th>')
     rows = []
     for label in labels:
@@ -554,10 +554,6 @@ def write_readme_block(readme: Path, folder: Path, *, check: bool = False) -> bo
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _sid(env: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in env)
 
 
 def _and(items: list[str]) -> str:

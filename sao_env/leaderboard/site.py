@@ -33,7 +33,7 @@ import pandas as pd
 
 from sao_env.experiment.files import replacing
 from sao_env.leaderboard.columns import (SORT_KEY, UNKNOWN, column_format, finite_float, format_cell, format_difference,
-                                         format_p)
+                                         format_p, section_id)
 from sao_env.leaderboard.board import (ScenarioBoard, board_from_csv, board_power, budget_words, code_versions,
                                        paired_frame)
 from sao_env.leaderboard.tables import collapse_cell, display_columns, header_facts, rank_cell, seeds_cell
@@ -188,7 +188,7 @@ def render(boards: list[ScenarioBoard], bench: pd.DataFrame | None, *, folder: P
     e = html.escape
     ranked, apart = split_budgets(boards)
     has_bench = bench is not None and not bench.empty
-    nav = ['<a href="#summary">summary</a>'] + [f'<a href="#{_sid(b.env)}">{e(b.env)}</a>' for b in boards]
+    nav = ['<a href="#summary">summary</a>'] + [f'<a href="#{section_id(b.env)}">{e(b.env)}</a>' for b in boards]
     from sao_env.leaderboard.maps import maps_section
 
     map_html = maps_section(folder)
@@ -379,7 +379,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
     for b in boards:
         labels += [str(x) for x in b.frame["label"] if str(x) not in labels]
     head = ['<th data-key="recipe">recipe</th>', '<th data-key="algorithm">algorithm</th>']
-    head += [f'<th class="num" data-key="{_sid(b.env)}">{e(b.env)}</th>' for b in boards]
+    head += [f'<th class="num" data-key="{section_id(b.env)}">{e(b.env)}</th>' for b in boards]
     rows = []
     for label in labels:
         algorithm = next((str(b.frame.loc[b.frame["label"] == label, "algorithm"].iloc[0]) for b in boards
@@ -407,7 +407,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
     others = ""
     if apart:
         others = ('<p class="note">At another budget, ranked only among themselves (docs/leaderboard.md): '
-                  + "; ".join(f'<a href="#{_sid(b.env)}">{e(b.env)}</a> at {e(budget_words(b.facts))}'
+                  + "; ".join(f'<a href="#{section_id(b.env)}">{e(b.env)}</a> at {e(budget_words(b.facts))}'
                               for b in apart) + ".</p>")
     return ('<section id="summary"><h2>Summary: online reward by scenario</h2>'
             '<p class="muted">Mean ± 95% interval over seeds and the rank the seeds support (<code>#1–3</code>: a tie); '
@@ -427,7 +427,7 @@ def _summary(boards: list[ScenarioBoard], apart: list[ScenarioBoard] = ()) -> st
 
 def _scenario(board: ScenarioBoard, folder: Path) -> str:
     e = html.escape
-    sid = _sid(board.env)
+    sid = section_id(board.env)
     facts = header_facts(board, "")[:-1] + [("source", board.source)]
     parts = [f'<section id="{sid}" class="scenario" data-scenario="{e(board.env)}"><h2>{e(board.env)}</h2>']
     if board.facts.get("description"):
@@ -598,10 +598,6 @@ def _benchmarks(bench: pd.DataFrame | None) -> str:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _sid(env: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in env)
 
 
 def _sort_value(value: Any, *, never: bool = False) -> str:
