@@ -1,5 +1,5 @@
-"""The mechanical round of seed 3 re-checked with the corrected tool (``bench/mutants.py --since 1cf44aa --count 30
---seed 3 --wider --tests-at 3a2577b``; docs/testing.md): one test per survivor whose line is still in the code.
+"""The mechanical rounds of seeds 3 and 6 re-checked with the corrected tool (``bench/mutants.py --since 1cf44aa --count 30
+--seed 3 --wider --tests-at 3a2577b``, and ``--seed 6 --operators hand --tests-at 4ca2c77``; docs/testing.md): one test per survivor whose line is still in the code.
 Each names its change, fails with it and passes without it, and asserts values worked out here."""
 
 from __future__ import annotations
