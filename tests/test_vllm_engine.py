@@ -370,12 +370,14 @@ def test_a_synchronous_threads_run_with_vllm_rollouts_is_on_policy(shrunk_config
         load(self, state_dict, version)
 
     monkeypatch.setattr(VLLMGenerator, "load_weights", spy)
+    # the synchronous loop must make at least 3 updates in the run's 54 scenario seconds: with 8 episodes an update a
+    # loaded machine made 2; with 4 at time_scale 0.2 (10.8 s of wall clock) a loaded, slow hour made 2 again; 0.4 gives
+    # the loop twice the wall clock
     common = (*VLLM_MODEL, "agent.runtime.max_staleness=0", "agent.hparams.critic_warmup_updates=0",
-              "agent.hparams.episodes_per_update=4",  # 4-5 updates in the 54 s; with 8, a loaded machine made 2
-              "agent.hparams.lr=1e-3")
+              "agent.hparams.episodes_per_update=4", "agent.hparams.lr=1e-3")
     out, sim = tmp_path / "run", tmp_path / "sim"
     summary = run_experiment(shrunk_config("sao", 0, (*common, "agent.runtime.backend=threads",
-                                                      "agent.runtime.generator=vllm", "agent.runtime.time_scale=0.2")),
+                                                      "agent.runtime.generator=vllm", "agent.runtime.time_scale=0.4")),
                              out, show_progress=False, save_checkpoint=True)
     run_experiment(shrunk_config("sao", 0, common), sim, show_progress=False, save_checkpoint=False)
     check_same_contract_as_sim(out, summary, sim, max_staleness=0)
