@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from sao_env.sandbox import images
-from sao_env.sandbox.docker_exec import _orphaned, _start_time, owner_labels, OWNER
+from sao_env.sandbox.docker_exec import owner_labels, OWNER
+from sao_env.sandbox.owner import orphaned, start_time
 
 
 def test_apt_mirror_reads_deb822_and_one_line_sources(tmp_path):
@@ -47,13 +48,13 @@ def test_the_tag_is_the_recipe_hash_and_ignores_the_mirror():
 
 
 def test_the_reaper_takes_only_containers_of_gone_processes_of_this_host():
-    assert not _orphaned(owner_labels()[OWNER])  # this process runs
+    assert not orphaned(owner_labels()[OWNER])  # this process runs
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = _start_time(gone.pid)
+    started = start_time(gone.pid)
     gone.wait()
-    assert _orphaned(f"{socket.gethostname()}:{gone.pid}:{started}")
-    assert not _orphaned(f"another-host:{gone.pid}:{started}")  # another machine's process: not ours to judge
-    assert not _orphaned("") and not _orphaned("garbage")
+    assert orphaned(f"{socket.gethostname()}:{gone.pid}:{started}")
+    assert not orphaned(f"another-host:{gone.pid}:{started}")  # another machine's process: not ours to judge
+    assert not orphaned("") and not orphaned("garbage")
 
 
 def test_the_sandbox_key_keeps_the_configuration_hash_at_its_default():

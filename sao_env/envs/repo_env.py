@@ -23,12 +23,13 @@ temporary folder, removed by ``close()`` (and by the next ``reset``).
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.sandbox import Executor
+from sao_env.sandbox.owner import owned_tempdir, reap_tempdirs
+from sao_env.sandbox.workdir import reap_mounts
 from sao_env.scenario import LatencySpec
 from sao_env.tasks import coding_tools as tools
 from sao_env.tasks.forge.grading import (
@@ -38,6 +39,10 @@ from sao_env.tasks.forge.grading import (
     run_visible_tests,
 )
 from sao_env.types import Task
+
+SCRATCH_PREFIX = "sao-repo-env-"
+"""An episode's temporary folder (``owner.owned_tempdir``): patches applied and tests run beneath it."""
+_reaped = False
 
 
 class RepoEnv(TaskEnv):
@@ -117,8 +122,13 @@ class RepoEnv(TaskEnv):
 
     def scratch(self) -> Path:
         """This episode's own temporary folder (created on first use, removed by ``close``)."""
+        global _reaped
         if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="sao-repo-env-"))
+            if not _reaped:  # the folders of episodes whose harness process was killed
+                _reaped = True
+                reap_mounts()
+                reap_tempdirs(SCRATCH_PREFIX)
+            self._scratch = owned_tempdir(SCRATCH_PREFIX)
         return self._scratch
 
     def _cleanup(self) -> None:

@@ -10,7 +10,6 @@ its container running; the next start reaps it). ``reap()`` does the same on dem
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from sao_env.errors import UserError, install_command
 from sao_env.sandbox.base import Capture, ExecResult, Limits, classify, one_line, sandbox_env
+from sao_env.sandbox.owner import orphaned, owner_name
 
 _READ_GRACE_S = 5.0
 """How long after the timeout we still wait for the output stream before giving up on it."""
@@ -32,30 +32,9 @@ _reaped: set[str] = set()
 _reap_lock = threading.Lock()
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-
-
 def owner_labels() -> dict[str, str]:
     """The labels that mark a container as this process's: reaped once the process is gone."""
-    return {LABEL: "1", OWNER: f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"}
-
-
-def _orphaned(owner: str) -> bool:
-    """A container's owner label names a process of this host that no longer runs."""
-    try:
-        host, pid, started = owner.rsplit(":", 2)
-        pid_number = int(pid)
-    except ValueError:
-        return False
-    if host != socket.gethostname():
-        return False
-    return _start_time(pid_number) != started
+    return {LABEL: "1", OWNER: owner_name()}
 
 
 def reap(client: Any) -> int:
@@ -65,7 +44,7 @@ def reap(client: Any) -> int:
     removed = 0
     for container in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         owner = (container.labels or {}).get(OWNER, "")
-        if _orphaned(owner):
+        if orphaned(owner):
             try:
                 container.remove(force=True)
                 removed += 1

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sao_env.sandbox.base import ExecResult, at_disk_limit
+from sao_env.sandbox.owner import orphaned, owner_name
 
 
 def fresh_workdir(src: Path, parent: Path | None = None) -> Path:
@@ -78,9 +79,7 @@ def _libc() -> ctypes.CDLL:
 
 def _mount_tmpfs(folder: Path, size: int, inodes: int, extra: str = "", *, remount: bool = False) -> None:
     """Mount (or resize) a tmpfs of ``size`` bytes and ``inodes`` entries at ``folder``; OSError on failure."""
-    from sao_env.sandbox.docker_exec import OWNER, owner_labels
-
-    source = f"{CAP_SOURCE}:{owner_labels()[OWNER]}".encode()
+    source = f"{CAP_SOURCE}:{owner_name()}".encode()
     options = f"size={size},nr_inodes={inodes}{extra}".encode()
     flags = _MS_NOSUID | _MS_NODEV | (_MS_REMOUNT if remount else 0)
     if _libc().mount(source, str(folder).encode(), b"tmpfs", flags, options) != 0:
@@ -145,8 +144,6 @@ def footprint(root: Path | str) -> tuple[int, int]:
 
 def reap_mounts() -> int:
     """Unmount the capped working copies of harness processes that are gone (killed mid-run); how many."""
-    from sao_env.sandbox.docker_exec import _orphaned
-
     removed = 0
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
@@ -156,7 +153,7 @@ def reap_mounts() -> int:
     for line in lines:
         fields, _, tail = line.partition(" - ")
         kind, source = (tail.split() + ["", ""])[:2]
-        if kind != "tmpfs" or not source.startswith(CAP_SOURCE + ":") or not _orphaned(source[len(CAP_SOURCE) + 1:]):
+        if kind != "tmpfs" or not source.startswith(CAP_SOURCE + ":") or not orphaned(source[len(CAP_SOURCE) + 1:]):
             continue
         target = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4])
         try:
