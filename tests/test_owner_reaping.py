@@ -77,6 +77,7 @@ def test_reaping_removes_only_the_named_folders_of_processes_that_are_gone(tmp_p
     """The coding episode's scratch folder, reaped by the next episode's; the parse on hand-made names, on a host
     whose name has dashes (as most CI runners' do: the owner's name ends at the last one)."""
     from sao_env.envs import repo_env
+    from sao_env.sandbox import workdir
 
     monkeypatch.setattr(socket, "gethostname", lambda: "ci-runner-7")
     gone = _gone_owner()
@@ -89,7 +90,7 @@ def test_reaping_removes_only_the_named_folders_of_processes_that_are_gone(tmp_p
     link = Path(tempfile.gettempdir()) / f"{prefix}{gone}-link{os.getpid()}"
     link.symlink_to(tmp_path, target_is_directory=True)
     try:
-        monkeypatch.setattr(repo_env, "_reaped", False)
+        monkeypatch.setattr(workdir, "_reaped_prefixes", set())
         env = repo_env.RepoEnv()
         scratch = env.scratch()
         assert not orphan.exists()

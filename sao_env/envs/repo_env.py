@@ -28,8 +28,8 @@ from typing import Any
 
 from sao_env.envs.base import TaskEnv, render_prompt
 from sao_env.sandbox import Executor
-from sao_env.sandbox.owner import owned_tempdir, reap_tempdirs
-from sao_env.sandbox.workdir import reap_mounts
+from sao_env.sandbox.owner import owned_tempdir
+from sao_env.sandbox.workdir import reap_left_behind
 from sao_env.scenario import LatencySpec
 from sao_env.tasks import coding_tools as tools
 from sao_env.tasks.forge.grading import (
@@ -42,7 +42,6 @@ from sao_env.types import Task
 
 SCRATCH_PREFIX = "sao-repo-env-"
 """An episode's temporary folder (``owner.owned_tempdir``): patches applied and tests run beneath it."""
-_reaped = False
 
 
 class RepoEnv(TaskEnv):
@@ -122,12 +121,8 @@ class RepoEnv(TaskEnv):
 
     def scratch(self) -> Path:
         """This episode's own temporary folder (created on first use, removed by ``close``)."""
-        global _reaped
         if self._scratch is None:
-            if not _reaped:  # the folders of episodes whose harness process was killed
-                _reaped = True
-                reap_mounts()
-                reap_tempdirs(SCRATCH_PREFIX)
+            reap_left_behind(SCRATCH_PREFIX)
             self._scratch = owned_tempdir(SCRATCH_PREFIX)
         return self._scratch
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from sao_env.errors import UserError
 from sao_env.sandbox.base import Capture, ExecResult, at_disk_limit, classify, one_line, sandbox_env
 from sao_env.sandbox.local import ISOLATED, SANDBOX_UID, LocalExecutor
-from sao_env.sandbox.owner import owned_tempdir, reap_tempdirs
-from sao_env.sandbox.workdir import hand_over, unmount, cap_available, cap_full, mount_cap, reap_mounts
+from sao_env.sandbox.owner import owned_tempdir
+from sao_env.sandbox.workdir import hand_over, unmount, cap_available, cap_full, mount_cap, reap_left_behind
 
 SERVER = Path(__file__).with_name("warm_server.py")
 SERVER_CPU_S = 7 * 24 * 3600
@@ -189,7 +189,7 @@ class WarmInterpreter:
         if self.alive:
             return None
         self.close_locked()
-        _reap_once()
+        reap_left_behind(LIB_PREFIX, RUN_PREFIX)
         self._lib = owned_tempdir(LIB_PREFIX)
         self._run = owned_tempdir(RUN_PREFIX)
         os.chmod(self._lib, 0o755)
@@ -307,17 +307,6 @@ class WarmPool:
 
 LIB_PREFIX, RUN_PREFIX = "sao-warm-lib-", "sao-warm-run-"
 """A server's two folders in the temporary folder (``owner.owned_tempdir``): its library and its working folder."""
-_reaped = False
-
-
-def _reap_once() -> None:
-    """Remove the folders of servers whose harness process was killed (their mounts first), once a process."""
-    global _reaped
-    if not _reaped:
-        _reaped = True
-        reap_mounts()
-        for prefix in (LIB_PREFIX, RUN_PREFIX):
-            reap_tempdirs(prefix)
 
 
 _pools: dict[Hashable, WarmPool] = {}

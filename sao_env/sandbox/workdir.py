@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sao_env.sandbox.base import ExecResult, at_disk_limit
-from sao_env.sandbox.owner import orphaned, owner_name
+from sao_env.sandbox.owner import orphaned, owner_name, reap_tempdirs
 
 
 def fresh_workdir(src: Path, parent: Path | None = None) -> Path:
@@ -162,6 +162,20 @@ def reap_mounts() -> int:
         except OSError:
             pass
     return removed
+
+
+_reaped_prefixes: set[str] = set()
+
+
+def reap_left_behind(*prefixes: str) -> None:
+    """Once a process for each of ``prefixes``: unmount the capped copies of harness processes that are gone, then
+    remove their ``owner.owned_tempdir`` folders of these prefixes (a run killed before it could)."""
+    todo = [prefix for prefix in prefixes if prefix not in _reaped_prefixes]
+    if todo:
+        _reaped_prefixes.update(todo)
+        reap_mounts()
+        for prefix in todo:
+            reap_tempdirs(prefix)
 
 
 class WorkdirCap:
