@@ -43,7 +43,8 @@ GOLDEN = {  # SAO's critic at 5x and seed-keyed evaluation; the critic-fit metri
 }
 """sha256 of the pinned run's logs per CPU vendor, torch 2.13.0+cpu: AMD's recorded on a 2-core AMD EPYC (family
 25, AVX2 without AVX-512) and held on an AVX-512 EPYC; Intel's recorded on a 2-core Intel Xeon (Sapphire Rapids,
-AVX-512 and AMX). The two vendors' MKL kernels give different bits (sao_env/numerics.py). Every machine that runs
+AVX-512 and AMX) and held on a 2-core Intel Xeon of family 6, model 207 (Emerald Rapids, AVX-512, no AMX shown to
+the guest), 2026-12-07. The two vendors' MKL kernels give different bits (sao_env/numerics.py). Every machine that runs
 this suite checks its vendor's: the same bytes on another x86-64 machine of that vendor with AVX2 is the claim of
 the pin. A change that means to change runs' numbers (an algorithm, a sampler, a scenario) records them anew on
 both vendors' machines, and its commit says on which."""
